@@ -1,0 +1,121 @@
+"""A real ZooKeeper server process from the Debian ``zookeeper`` package's jars (SPEC 1).
+
+Used by the local cluster runner and by the test fixtures alike; never a fake. The
+class path and flags are the ones MACHINE-NOTES checked on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+JAR_DIR = Path("/usr/share/java")
+JARS = (
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "slf4j-api.jar",
+    "slf4j-simple.jar",
+    "netty-handler.jar",
+    "netty-transport.jar",
+    "netty-common.jar",
+    "netty-buffer.jar",
+    "netty-codec.jar",
+    "netty-resolver.jar",
+    "netty-transport-native-epoll.jar",
+    "netty-transport-native-unix-common.jar",
+)
+INSTALL_HINT = "ZooKeeper's jars are missing from /usr/share/java: run `apt-get install -y zookeeper` (Debian package)"
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    pass
+
+
+def classpath() -> str:
+    missing = [jar for jar in JARS if not (JAR_DIR / jar).exists()]
+    if missing:
+        raise ZooKeeperUnavailable(f"{INSTALL_HINT}; missing {', '.join(missing)}")
+    return ":".join(str(JAR_DIR / jar) for jar in JARS)
+
+
+def command(port: int, data_dir: Path) -> list[str]:
+    return [
+        "java",
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-Dzookeeper.admin.enableServer=false",
+        "-Dzookeeper.4lw.commands.whitelist=*",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath(),
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(port),
+        str(data_dir),
+    ]
+
+
+def ruok(host: str, port: int, timeout: float = 1.0) -> bool:
+    """ZooKeeper's four-letter health check: True when the server answers ``imok``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+@dataclass
+class ZooKeeperProcess:
+    port: int
+    data_dir: Path
+    process: subprocess.Popen | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0, log_file: Path | None = None) -> ZooKeeperProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        out = open(log_file or self.data_dir / "zookeeper.out", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            command(self.port, self.data_dir), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        out.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ZooKeeperUnavailable(f"ZooKeeper exited with {self.process.returncode}; see {self.data_dir}")
+            if ruok("127.0.0.1", self.port):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperUnavailable(f"ZooKeeper did not answer ruok on port {self.port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,50 @@
+"""Shared fixtures: uvloop for every async test, and a real ZooKeeper server (never a fake).
+
+The ZooKeeper fixture starts the Debian package's jars (see chaos/zookeeper.py); when they
+are missing it fails with the install hint instead of skipping: `make test` installs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from chaos.zookeeper import ZooKeeperProcess, free_port
+
+
+def pytest_asyncio_loop_factories(config, item):
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
+    """One ZooKeeper server for the whole session; tests isolate themselves with a chroot."""
+    server = ZooKeeperProcess(free_port(), tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperProcess, request: pytest.FixtureRequest) -> str:
+    """A connect string with a chroot unique to this test, so tests never see each other's znodes."""
+    from kazoo.client import KazooClient
+
+    chroot = "/t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:80]
+    client = KazooClient(zookeeper.connect_string)
+    client.start(10)
+    try:
+        if client.exists(chroot):
+            client.delete(chroot, recursive=True)
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zookeeper.connect_string + chroot
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path
