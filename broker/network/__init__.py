@@ -1,0 +1,19 @@
+"""The broker's network layer: the Reactor pipeline of SPEC 5.1 (seed 000 "Broker响应请求流程").
+
+Acceptor -> Processors -> RequestChannel -> request handlers -> the injected API handler, and back.
+"""
+
+from broker.network.handlers import ApiHandler, RequestHandlerPool
+from broker.network.request_channel import Request, RequestChannel, Response
+from broker.network.socket_server import NetworkConfig, NetworkMetrics, SocketServer
+
+__all__ = [
+    "ApiHandler",
+    "NetworkConfig",
+    "NetworkMetrics",
+    "Request",
+    "RequestChannel",
+    "RequestHandlerPool",
+    "Response",
+    "SocketServer",
+]

@@ -1,0 +1,52 @@
+# floodmark: `make demo` runs the main job, `make test` the whole suite. Both set up what they
+# need (the .venv and the Debian zookeeper package) and are idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+ZK_JAR := /usr/share/java/zookeeper.jar
+
+.PHONY: setup zookeeper test test-fast demo bench lint format clean
+
+setup: $(STAMP) zookeeper
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+zookeeper:
+	@if [ ! -f $(ZK_JAR) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the Debian zookeeper package (its jars run our ZooKeeper)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null) || \
+	      { echo "error: apt-get install zookeeper failed; install the Debian package 'zookeeper' (ZooKeeper 3.8 jars in /usr/share/java)"; exit 1; }; \
+	  else \
+	    echo "error: ZooKeeper jars missing ($(ZK_JAR)); run as root: apt-get install -y zookeeper"; exit 1; \
+	  fi; \
+	fi
+	@command -v java >/dev/null || { echo "error: java not found; install Java 17 (apt-get install -y openjdk-17-jre-headless)"; exit 1; }
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+
+test-fast: setup
+	$(PY) -m pytest -q -x tests/unit
+
+demo: setup
+	$(VENV)/bin/floodmark demo
+
+bench: setup
+	$(PY) bench/run_all.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,58 @@
+"""``floodmark-broker --config FILE [--override key=value ...]`` (SPEC 1, 2).
+
+Reads a Kafka-style properties file, applies overrides, refuses unknown keys and bad values
+by name, and runs one broker on uvloop until SIGTERM/SIGINT, then shuts down cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from broker.config import BrokerConfig, ConfigError, parse_overrides
+from broker.server import BrokerServer
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="floodmark-broker", description="Run one floodmark broker.")
+    parser.add_argument("--config", required=True, help="a properties file with Kafka's broker settings")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="override one setting")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+async def run(config: BrokerConfig) -> None:
+    server = BrokerServer(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.startup()
+    await stop.wait()
+    await server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        config = BrokerConfig.from_file(args.config, parse_overrides(args.override))
+    except ConfigError as exc:
+        print(f"floodmark-broker: configuration error: {exc}", file=sys.stderr)
+        return 2
+    uvloop.run(run(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""One handler per API key (Kafka's KafkaApis; SPEC 5.2). The only module that knows every
+subsystem: it turns validated request bodies into calls on the replica manager, the metadata
+cache, the controller and ZooKeeper, and turns their results into response bodies.
+
+Handlers never block the loop: acks=all produce and long-poll fetch are parked in the
+purgatories and answered from there through ``request.respond``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+from broker.config import BrokerConfig, ConfigError, validate_topic_configs
+from broker.metadata_cache import MetadataCache
+from broker.network import Request
+from broker.replica.delayed import ProducePartitionStatus
+from broker.replica.replica_manager import ReadResult, ReplicaManager
+from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
+from client.protocol.errors import ErrorCode, KafkaError
+from controller import topic_admin
+from controller.controller import KafkaController
+from controller.placement import assign_replicas
+from controller.zk import ZkBridge
+
+log = logging.getLogger(__name__)
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
+        controller: KafkaController,
+        zk: ZkBridge,
+        cluster_id: Callable[[], str | None],
+        rng: random.Random,
+        on_metadata_update: Callable[[list[tuple[str, int]]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.rm = replica_manager
+        self.metadata_cache = metadata_cache
+        self.controller = controller
+        self.zk = zk
+        self.cluster_id = cluster_id
+        self.rng = rng
+        self.on_metadata_update = on_metadata_update
+        self._handlers = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.UPDATE_METADATA: self.handle_update_metadata,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+        }
+
+    async def handle(self, request: Request) -> None:
+        handler = self._handlers.get(request.api_key)
+        if handler is None:
+            request.respond(error_body(ErrorCode.INVALID_REQUEST, f"{request.api_key.name} is not implemented"))
+            return
+        await handler(request)
+
+    # -- cluster metadata ----------------------------------------------------------------------------
+
+    async def handle_api_versions(self, request: Request) -> None:
+        request.respond(
+            {
+                "error_code": ErrorCode.NONE,
+                "api_keys": [{"api_key": int(k), "min_version": 0, "max_version": 0} for k in SUPPORTED_APIS],
+            }
+        )
+
+    async def handle_metadata(self, request: Request) -> None:
+        request.respond(self.metadata_cache.metadata_response(request.body["topics"], self.cluster_id()))
+
+    async def handle_update_metadata(self, request: Request) -> None:
+        body = request.body
+        if body["controller_epoch"] < self.metadata_cache.controller_epoch:
+            request.respond({"error_code": ErrorCode.STALE_CONTROLLER_EPOCH})
+            return
+        changed = self.metadata_cache.update(body)
+        self.rm.state_change_log(
+            {"event": "UpdateMetadataReceived", "controller_id": body["controller_id"],
+             "controller_epoch": body["controller_epoch"], "partitions": len(body["partition_states"]),
+             "live_brokers": sorted(b["id"] for b in body["live_brokers"])}
+        )
+        if self.on_metadata_update is not None:
+            self.on_metadata_update(changed)
+        request.respond({"error_code": ErrorCode.NONE})
+
+    async def handle_leader_and_isr(self, request: Request) -> None:
+        request.respond(await self.rm.become_leader_or_follower(request.body))
+
+    async def handle_stop_replica(self, request: Request) -> None:
+        request.respond(self.rm.stop_replicas(request.body))
+
+    async def handle_controlled_shutdown(self, request: Request) -> None:
+        try:
+            remaining = await self.controller.controlled_shutdown(request.body["broker_id"])
+        except KafkaError as exc:
+            request.respond({"error_code": exc.code, "remaining_partitions": []})
+            return
+        request.respond(
+            {"error_code": ErrorCode.NONE, "remaining_partitions": [{"topic": t, "partition": p} for t, p in remaining]}
+        )
+
+    # -- produce / fetch ----------------------------------------------------------------------------------
+
+    async def handle_produce(self, request: Request) -> None:
+        body = request.body
+        acks = body["acks"]
+        entries = {(t["topic"], p["partition"]): p["records"] for t in body["topics"] for p in t["partitions"]}
+        if acks not in (-1, 0, 1):
+            statuses = {
+                tp: ProducePartitionStatus(ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, f"acks={acks}", pending=False)
+                for tp in entries
+            }
+            request.respond(_produce_response(statuses))
+            return
+
+        def respond(statuses: dict[tuple[str, int], ProducePartitionStatus]) -> None:
+            if acks == 0:
+                request.no_response()
+            else:
+                request.respond(_produce_response(statuses))
+
+        self.rm.append_records(acks, body["timeout_ms"], entries, respond)
+
+    async def handle_fetch(self, request: Request) -> None:
+        def respond(results: dict[tuple[str, int], ReadResult]) -> None:
+            topics: dict[str, list[dict]] = {}
+            for (topic, partition), r in results.items():
+                topics.setdefault(topic, []).append(
+                    {
+                        "partition": partition,
+                        "error_code": r.error_code,
+                        "high_watermark": r.high_watermark,
+                        "last_stable_offset": r.high_watermark,
+                        "log_start_offset": r.log_start_offset,
+                        "records": r.records,
+                    }
+                )
+            request.respond(
+                {"error_code": ErrorCode.NONE, "throttle_time_ms": 0,
+                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+            )
+
+        self.rm.fetch_messages(request.body, respond)
+
+    async def handle_list_offsets(self, request: Request) -> None:
+        topics = []
+        for t in request.body["topics"]:
+            partitions = []
+            for p in t["partitions"]:
+                answer = self.rm.list_offset((t["topic"], p["partition"]), p["timestamp"], p["current_leader_epoch"])
+                partitions.append({"partition": p["partition"], **answer})
+            topics.append({"topic": t["topic"], "partitions": partitions})
+        request.respond({"topics": topics})
+
+    async def handle_offset_for_leader_epoch(self, request: Request) -> None:
+        topics = []
+        for t in request.body["topics"]:
+            partitions = []
+            for p in t["partitions"]:
+                answer = self.rm.end_offset_for_epoch(
+                    (t["topic"], p["partition"]), p["leader_epoch"], p["current_leader_epoch"]
+                )
+                partitions.append({"partition": p["partition"], **answer})
+            topics.append({"topic": t["topic"], "partitions": partitions})
+        request.respond({"topics": topics})
+
+    # -- admin -----------------------------------------------------------------------------------------
+
+    async def handle_create_topics(self, request: Request) -> None:
+        body = request.body
+        results = []
+        created = []
+        for spec in body["topics"]:
+            try:
+                await self._create_topic(spec, body["validate_only"])
+                results.append({"name": spec["name"], "error_code": ErrorCode.NONE, "error_message": None})
+                created.append(spec["name"])
+            except KafkaError as exc:
+                results.append({"name": spec["name"], "error_code": exc.code, "error_message": exc.message})
+        if created and not body["validate_only"]:
+            await self._await_metadata(created, body["timeout_ms"], lambda topic: self._topic_ready(topic))
+        request.respond({"topics": results})
+
+    async def _create_topic(self, spec: dict, validate_only: bool) -> None:
+        name = spec["name"]
+        topic_admin.validate_topic_name(name)
+        try:
+            validate_topic_configs(spec["configs"])
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if spec["assignments"]:
+            assignment = {a["partition"]: list(a["broker_ids"]) for a in spec["assignments"]}
+            if sorted(assignment) != list(range(len(assignment))):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1")
+        else:
+            partitions = spec["num_partitions"] if spec["num_partitions"] != -1 else self.config["num.partitions"]
+            factor = (
+                spec["replication_factor"] if spec["replication_factor"] != -1 else self.config["default.replication.factor"]
+            )
+            live = sorted(int(b) for b in (await self.zk.get_children("/brokers/ids") or []))
+            assignment = assign_replicas(live, partitions, factor, self.rng)
+        if validate_only:
+            if await self.zk.exists(f"/brokers/topics/{name}") is not None:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            return
+        await topic_admin.create_topic(self.zk, name, assignment, dict(spec["configs"]))
+
+    def _topic_ready(self, topic: str) -> bool:
+        partitions = self.metadata_cache.partitions.get(topic)
+        return bool(partitions) and all(p.leader >= 0 for p in partitions.values())
+
+    async def handle_delete_topics(self, request: Request) -> None:
+        body = request.body
+        results = []
+        deleting = []
+        for name in body["topics"]:
+            if await self.zk.exists(f"/brokers/topics/{name}") is None:
+                results.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                "error_message": f"Topic '{name}' does not exist."})
+                continue
+            if not self.config["delete.topic.enable"]:
+                results.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                "error_message": "delete.topic.enable is false"})
+                continue
+            await topic_admin.request_topic_deletion(self.zk, name)
+            deleting.append(name)
+            results.append({"name": name, "error_code": ErrorCode.NONE, "error_message": None})
+        if deleting:
+            await self._await_metadata(deleting, body["timeout_ms"], lambda t: not self.metadata_cache.contains_topic(t))
+        request.respond({"topics": results})
+
+    async def _await_metadata(self, topics: list[str], timeout_ms: int, ready: Callable[[str], bool]) -> None:
+        """Wait (bounded) until this broker's metadata cache reflects the change, as Kafka's
+        CreateTopics/DeleteTopics purgatory does, so a client's next Metadata sees it."""
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while not all(ready(t) for t in topics) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+
+
+def _produce_response(statuses: dict[tuple[str, int], ProducePartitionStatus]) -> dict:
+    topics: dict[str, list[dict]] = {}
+    for (topic, partition), s in statuses.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "error_code": s.error_code,
+                "base_offset": s.base_offset,
+                "log_append_time": -1,
+                "log_start_offset": s.log_start_offset,
+                "error_message": s.error_message,
+            }
+        )
+    return {"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()], "throttle_time_ms": 0}

@@ -1,0 +1,254 @@
+"""Broker and topic configuration with Kafka's property names and defaults (SPEC 2).
+
+One table, :data:`BROKER_PROPERTIES`, says each property's type, default and valid range;
+parsing a properties file or a ``--override key=value`` goes through it, so an unknown key
+or an out-of-range value is refused with a message that names the key. Topic-level
+overrides (``segment.bytes``, ``min.insync.replicas``, ...) map onto the broker's ``log.*``
+defaults exactly as in Kafka (``LogConfig``'s ``ServerDefaultHeaderName``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from broker.log import LogConfig
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Prop:
+    name: str
+    kind: str  # int | bool | str | list | double
+    default: Any
+    low: int | None = None
+    high: int | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def parse(self, raw: str | int | bool) -> Any:
+        text = str(raw).strip()
+        if self.kind == "int":
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: not a number") from None
+            if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+                bounds = f"[{self.low if self.low is not None else '...'},...,{self.high if self.high is not None else '...'}]"
+                raise ConfigError(f"Invalid value {value} for configuration {self.name}: Value must be in {bounds}")
+            return value
+        if self.kind == "bool":
+            if text.lower() not in ("true", "false"):
+                raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: Expected value to be true or false")
+            return text.lower() == "true"
+        if self.kind == "list":
+            return [item.strip() for item in text.split(",") if item.strip()]
+        if self.choices and text not in self.choices:
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {self.name}: String must be one of: {', '.join(self.choices)}"
+            )
+        return text
+
+
+def _props(*props: Prop) -> dict[str, Prop]:
+    return {p.name: p for p in props}
+
+
+BROKER_PROPERTIES: dict[str, Prop] = _props(
+    Prop("broker.id", "int", -1, low=-1, doc="this broker's id; must be set and unique"),
+    Prop("listeners", "str", "PLAINTEXT://127.0.0.1:9092"),
+    Prop("advertised.listeners", "str", ""),
+    Prop("log.dirs", "list", ["/tmp/floodmark-logs"]),
+    Prop("zookeeper.connect", "str", ""),
+    Prop("zookeeper.session.timeout.ms", "int", 18000, low=1000),
+    Prop("zookeeper.connection.timeout.ms", "int", 18000, low=1000),
+    Prop("num.network.threads", "int", 3, low=1),
+    Prop("num.io.threads", "int", 8, low=1),
+    Prop("queued.max.requests", "int", 500, low=1),
+    Prop("socket.request.max.bytes", "int", 104857600, low=1),
+    Prop("max.connections", "int", INT_MAX, low=0),
+    Prop("connections.max.idle.ms", "int", 600000, low=1),
+    Prop("default.replication.factor", "int", 1, low=1),
+    Prop("num.partitions", "int", 1, low=1),
+    Prop("min.insync.replicas", "int", 1, low=1),
+    Prop("unclean.leader.election.enable", "bool", False),
+    Prop("replica.lag.time.max.ms", "int", 30000, low=1),
+    Prop("replica.fetch.wait.max.ms", "int", 500, low=0),
+    Prop("replica.fetch.min.bytes", "int", 1, low=1),
+    Prop("replica.fetch.max.bytes", "int", 1048576, low=0),
+    Prop("replica.fetch.backoff.ms", "int", 1000, low=0),
+    Prop("replica.socket.timeout.ms", "int", 30000, low=1),
+    Prop("replica.high.watermark.checkpoint.interval.ms", "int", 5000, low=1),
+    Prop("replica.truncation.policy", "str", "leader-epoch", choices=("leader-epoch", "high-watermark")),
+    Prop("auto.leader.rebalance.enable", "bool", True),
+    Prop("leader.imbalance.check.interval.seconds", "int", 300, low=1),
+    Prop("leader.imbalance.per.broker.percentage", "int", 10, low=0, high=100),
+    Prop("delete.topic.enable", "bool", True),
+    Prop("controlled.shutdown.enable", "bool", True),
+    Prop("controlled.shutdown.max.retries", "int", 3, low=0),
+    Prop("controlled.shutdown.retry.backoff.ms", "int", 5000, low=0),
+    Prop("controller.socket.timeout.ms", "int", 30000, low=1),
+    Prop("auto.create.topics.enable", "bool", False),
+    Prop("request.timeout.ms", "int", 30000, low=1),
+    Prop("log.segment.bytes", "int", 1073741824, low=14),
+    Prop("log.roll.ms", "int", 604800000, low=1),
+    Prop("log.roll.hours", "int", 168, low=1),
+    Prop("log.retention.ms", "int", 604800000, low=-1),
+    Prop("log.retention.hours", "int", 168, low=-1),
+    Prop("log.retention.bytes", "int", -1, low=-1),
+    Prop("log.retention.check.interval.ms", "int", 300000, low=1),
+    Prop("log.flush.interval.messages", "int", LONG_MAX, low=1),
+    Prop("log.flush.interval.ms", "int", LONG_MAX, low=0),
+    Prop("log.flush.scheduler.interval.ms", "int", LONG_MAX, low=1),
+    Prop("log.flush.offset.checkpoint.interval.ms", "int", 60000, low=0),
+    Prop("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, low=0),
+    Prop("log.index.interval.bytes", "int", 4096, low=0),
+    Prop("log.index.size.max.bytes", "int", 10485760, low=4),
+    Prop("message.max.bytes", "int", 1048588, low=0),
+    Prop("log.cleanup.policy", "str", "delete", choices=("delete",)),
+    Prop("metrics.port", "int", -1, low=-1, high=65535, doc="Prometheus /metrics port; -1 disables, 0 picks one"),
+    Prop("state.change.log.file", "str", "", doc="default: <first log dir>/../state-change.log"),
+)
+
+#: Topic-level config name -> the broker property that supplies its default (Kafka's LogConfig).
+TOPIC_TO_BROKER = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "cleanup.policy": "log.cleanup.policy",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        sep = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"line {number}: expected key=value, got {stripped!r}")
+        out[stripped[:sep].strip()] = stripped[sep + 1 :].strip()
+    return out
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {pair!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+class BrokerConfig:
+    """Validated broker properties. Access as ``cfg["num.io.threads"]`` or the typed helpers."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values: dict[str, Any] = {}
+        for key, raw in values.items():
+            prop = BROKER_PROPERTIES.get(key)
+            if prop is None:
+                raise ConfigError(f"Unknown broker configuration {key!r}")
+            self._values[key] = prop.parse(raw) if isinstance(raw, str) else _check_typed(prop, raw)
+        if self["broker.id"] < 0:
+            raise ConfigError("broker.id must be set to a non-negative integer")
+        if not self["zookeeper.connect"]:
+            raise ConfigError("zookeeper.connect must be set (host:port[,host:port][/chroot])")
+        self.listener_host, self.listener_port = parse_listener(self["listeners"], "listeners")
+        advertised = self["advertised.listeners"] or self["listeners"]
+        self.advertised_host, self.advertised_port = parse_listener(advertised, "advertised.listeners")
+        if self.advertised_host in ("0.0.0.0", ""):
+            self.advertised_host = "127.0.0.1"
+        if "log.retention.ms" not in self._values and "log.retention.hours" in self._values:
+            hours = self["log.retention.hours"]
+            self._values["log.retention.ms"] = -1 if hours < 0 else hours * 3600_000
+        if "log.roll.ms" not in self._values and "log.roll.hours" in self._values:
+            self._values["log.roll.ms"] = self["log.roll.hours"] * 3600_000
+
+    @classmethod
+    def from_file(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        values = parse_properties(text)
+        values.update(overrides or {})
+        return cls(values)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._values:
+            return self._values[key]
+        return BROKER_PROPERTIES[key].default
+
+    @property
+    def broker_id(self) -> int:
+        return self["broker.id"]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self["log.dirs"]]
+
+    def explicit(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """The broker's default for every topic-level config key."""
+        return {topic_key: self[broker_key] for topic_key, broker_key in TOPIC_TO_BROKER.items()}
+
+    def log_config(self, topic_overrides: Mapping[str, str] | None = None) -> LogConfig:
+        merged = self.topic_defaults()
+        merged.update(validate_topic_configs(topic_overrides or {}))
+        return LogConfig(
+            segment_bytes=merged["segment.bytes"],
+            segment_ms=merged["segment.ms"],
+            retention_ms=merged["retention.ms"],
+            retention_bytes=merged["retention.bytes"],
+            flush_interval_messages=merged["flush.messages"],
+            flush_interval_ms=merged["flush.ms"],
+            index_interval_bytes=merged["index.interval.bytes"],
+            max_message_bytes=merged["max.message.bytes"],
+            segment_index_bytes=merged["segment.index.bytes"],
+        )
+
+
+def _check_typed(prop: Prop, value: Any) -> Any:
+    return prop.parse(",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def parse_listener(value: str, key: str) -> tuple[str, int]:
+    first = value.split(",")[0].strip()
+    _, sep, hostport = first.rpartition("://")
+    host, colon, port = hostport.rpartition(":")
+    if not sep or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"Invalid value {value!r} for configuration {key}: expected PLAINTEXT://host:port")
+    return host, int(port)
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Parse topic-level overrides; an unknown key or bad value raises ConfigError naming it."""
+    out = {}
+    for key, raw in configs.items():
+        broker_key = TOPIC_TO_BROKER.get(key)
+        if broker_key is None:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        out[key] = replace(BROKER_PROPERTIES[broker_key], name=key).parse(raw)
+    return out

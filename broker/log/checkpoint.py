@@ -1,0 +1,137 @@
+"""Offset checkpoint files, in Kafka's text format (SPEC 5.3 Storage).
+
+Each log dir holds three of them: ``replication-offset-checkpoint`` (the high watermarks),
+``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``::
+
+    0                   <- format version
+    <count>
+    <topic> <partition> <offset>     (one line per partition)
+
+A checkpoint is replaced atomically: written to ``<name>.tmp``, fsynced, renamed over the old
+file, and the directory fsynced so the rename itself survives a power cut. The same helpers
+serve the leader-epoch checkpoint (:mod:`broker.log.leader_epoch`), which differs only in its
+entry lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+CHECKPOINT_VERSION = 0
+TMP_SUFFIX = ".tmp"
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint file that does not follow the format; the message names the file and line."""
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that entries created, renamed or removed in it are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a crash leaves either the old or the new file, whole."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def format_checkpoint(entries: list[tuple[object, ...]]) -> str:
+    """Kafka's checkpoint text: version, count, then one space-separated line per entry."""
+    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
+    lines.extend(" ".join(str(field) for field in entry) for entry in entries)
+    return "\n".join(lines) + "\n"
+
+
+def read_checkpoint_entries(path: Path, fields: int) -> list[list[str]] | None:
+    """The entry lines of a checkpoint file, each split into exactly ``fields`` tokens, or None
+    when the file does not exist. Raises :class:`CorruptCheckpoint` naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as e:
+        raise CorruptCheckpoint(f"{path}: not UTF-8 text ({e})") from None
+    lines = text.splitlines()
+    if not lines:
+        raise CorruptCheckpoint(f"{path}: line 1: empty file, expected the version")
+    if lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise CorruptCheckpoint(
+            f"{path}: line 1: unsupported version {lines[0]!r}, expected {CHECKPOINT_VERSION}"
+        )
+    if len(lines) < 2:
+        raise CorruptCheckpoint(f"{path}: line 2: missing the entry count")
+    try:
+        count = int(lines[1].strip())
+    except ValueError:
+        raise CorruptCheckpoint(f"{path}: line 2: entry count {lines[1]!r} is not an integer") from None
+    if count < 0:
+        raise CorruptCheckpoint(f"{path}: line 2: negative entry count {count}")
+    body = lines[2:]
+    while body and not body[-1].strip():
+        body.pop()
+    if len(body) != count:
+        raise CorruptCheckpoint(f"{path}: line 2: says {count} entries but the file has {len(body)}")
+    entries: list[list[str]] = []
+    for number, line in enumerate(body, start=3):
+        tokens = line.split()
+        if len(tokens) != fields:
+            raise CorruptCheckpoint(f"{path}: line {number}: expected {fields} fields, got {line!r}")
+        entries.append(tokens)
+    return entries
+
+
+def parse_int(path: Path, line: int, token: str) -> int:
+    try:
+        return int(token)
+    except ValueError:
+        raise CorruptCheckpoint(f"{path}: line {line}: {token!r} is not an integer") from None
+
+
+class OffsetCheckpointFile:
+    """One ``<topic> <partition> <offset>`` checkpoint file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, offsets: dict[tuple[str, int], int]) -> None:
+        entries = [(topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())]
+        for topic, partition, offset in entries:
+            if not topic or any(c.isspace() for c in topic):
+                raise ValueError(f"topic name {topic!r} cannot be written to a checkpoint")
+            if partition < 0:
+                raise ValueError(f"negative partition {partition} for topic {topic!r}")
+            if offset < 0:
+                raise ValueError(f"negative offset {offset} for {topic}-{partition}")
+        atomic_write_text(self.path, format_checkpoint(entries))
+
+    def read(self) -> dict[tuple[str, int], int]:
+        entries = read_checkpoint_entries(self.path, fields=3)
+        if entries is None:
+            return {}
+        offsets: dict[tuple[str, int], int] = {}
+        for number, (topic, partition, offset) in enumerate(entries, start=3):
+            key = (topic, parse_int(self.path, number, partition))
+            if key in offsets:
+                raise CorruptCheckpoint(f"{self.path}: line {number}: duplicate entry for {topic}-{key[1]}")
+            value = parse_int(self.path, number, offset)
+            if key[1] < 0 or value < 0:
+                raise CorruptCheckpoint(f"{self.path}: line {number}: negative partition or offset")
+            offsets[key] = value
+        return offsets

@@ -1,0 +1,206 @@
+"""Every partition log on this broker, across its log dirs (SPEC 5.3 Storage).
+
+Kafka's LogManager: loads the ``<topic>-<partition>`` directories of each log dir at start-up
+(recovering them unless the dir holds the clean-shutdown marker), places new logs in the dir
+with the fewest partitions, and keeps three checkpoint files per log dir:
+``replication-offset-checkpoint`` (high watermarks), ``recovery-point-offset-checkpoint`` and
+``log-start-offset-checkpoint``. It also runs the retention and time-based flush policies when
+the broker's scheduler calls it, and writes the clean-shutdown marker last on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
+from broker.log.log import Log, LogConfig, parse_topic_partition
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+DELETE_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig, time_ms: Callable[[], int]) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise ValueError(f"duplicate log dirs in {self.log_dirs}")
+        self.default_config = default_config
+        self._time_ms = time_ms
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.RLock()
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ loading
+
+    def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CorruptCheckpoint as e:
+            log.warning("%s; treating it as empty", e)
+            return {}
+
+    def load_logs(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Open every partition directory in every log dir. ``topic_configs`` overrides the
+        default config per topic."""
+        topic_configs = topic_configs or {}
+        with self._lock:
+            for log_dir in self.log_dirs:
+                marker = log_dir / CLEAN_SHUTDOWN_FILE
+                clean = marker.exists()
+                recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+                start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+                high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
+                log.info("loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
+                for path in sorted(log_dir.iterdir()):
+                    if not path.is_dir():
+                        continue
+                    if path.name.endswith(DELETE_SUFFIX):
+                        log.info("removing %s, a log whose deletion did not finish", path)
+                        shutil.rmtree(path, ignore_errors=True)
+                        continue
+                    try:
+                        tp = parse_topic_partition(path.name)
+                    except ValueError:
+                        log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                        continue
+                    if tp in self._logs:
+                        raise RuntimeError(
+                            f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}"
+                        )
+                    opened = Log.open(
+                        path,
+                        topic_configs.get(tp[0], self.default_config),
+                        self._time_ms,
+                        recovery_point=recovery_points.get(tp, 0),
+                        log_start_offset=start_offsets.get(tp, 0),
+                        clean_shutdown=clean,
+                    )
+                    opened.update_high_watermark(high_watermarks.get(tp, 0))
+                    self._logs[tp] = opened
+                if clean:
+                    marker.unlink()
+                    fsync_dir(log_dir)
+
+    # ------------------------------------------------------------------ lookup and placement
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
+        return {tp: lg for tp, lg in self._logs.items() if lg.dir.parent == log_dir}
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The log of this partition, created empty in the log dir with the fewest partitions."""
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                return existing
+            if not topic or partition < 0 or "/" in topic or topic in (".", ".."):
+                raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+            counts = {d: 0 for d in self.log_dirs}
+            for lg in self._logs.values():
+                if lg.dir.parent in counts:
+                    counts[lg.dir.parent] += 1
+            log_dir = min(self.log_dirs, key=lambda d: counts[d])
+            created = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, self._time_ms)
+            fsync_dir(log_dir)
+            self._logs[(topic, partition)] = created
+            log.info("created log for %s-%d in %s", topic, partition, log_dir)
+            return created
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Remove the partition's log: rename its dir to ``*-delete`` (so a crash midway leaves
+        nothing that loads as a log), delete it, and rewrite that dir's checkpoints."""
+        with self._lock:
+            removed = self._logs.pop((topic, partition), None)
+            if removed is None:
+                return
+            removed.close()
+            log_dir = removed.dir.parent
+            doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            removed.dir.rename(doomed)
+            fsync_dir(log_dir)
+            shutil.rmtree(doomed, ignore_errors=True)
+            log.info("deleted log for %s-%d from %s", topic, partition, log_dir)
+            self._write_checkpoints(log_dir)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint(self, name: str, value: Callable[[Log], int], log_dirs: list[Path] | None = None) -> None:
+        with self._lock:
+            for log_dir in log_dirs or self.log_dirs:
+                offsets = {tp: value(lg) for tp, lg in self._logs_in(log_dir).items()}
+                OffsetCheckpointFile(log_dir / name).write(offsets)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
+
+    def _write_checkpoints(self, log_dir: Path) -> None:
+        self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark, [log_dir])
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point, [log_dir])
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset, [log_dir])
+
+    # ------------------------------------------------------------------ policies
+
+    def cleanup_logs(self) -> int:
+        """Retention on every log; returns the number of segments deleted."""
+        total = 0
+        for lg in self.all_logs().values():
+            total += lg.delete_old_segments()
+        return total
+
+    def flush_dirty_logs(self) -> None:
+        """Flush logs whose flush.ms has passed since their last flush; also flush segments that
+        were rolled but not yet flushed (Kafka flushes them right after the roll), so recovery
+        after a crash only has to re-scan the active segment."""
+        now = self._time_ms()
+        for lg in self.all_logs().values():
+            try:
+                if now - lg.last_flush_ms >= lg.config.flush_interval_ms:
+                    lg.flush()
+                elif lg.recovery_point < lg.active_segment.base_offset:
+                    lg.flush(lg.active_segment.base_offset)
+            except Exception:
+                log.exception("flushing %s failed", lg.dir)
+
+    def shutdown(self) -> None:
+        """Flush everything, write the three checkpoints, close the logs, then mark every log dir
+        as cleanly shut down."""
+        with self._lock:
+            logs = list(self._logs.values())
+            for lg in logs:
+                lg.flush()
+            for log_dir in self.log_dirs:
+                self._write_checkpoints(log_dir)
+            for lg in logs:
+                lg.close()
+            for log_dir in self.log_dirs:
+                (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(log_dir)
+            self._logs.clear()
+            log.info("log manager shut down cleanly")

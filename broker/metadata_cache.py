@@ -1,0 +1,120 @@
+"""The broker's view of cluster metadata, fed by the controller's UpdateMetadata (SPEC 4, 5.2).
+
+Every broker answers Metadata requests from this cache, never from ZooKeeper, exactly as
+Kafka's MetadataCache does; the controller keeps it current by sending UpdateMetadata to
+every live broker after each leadership, ISR or broker-membership change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from client.protocol.api import NO_LEADER
+from client.protocol.errors import ErrorCode
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class CachedPartition:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int
+
+
+class MetadataCache:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.controller_id = NO_LEADER
+        self.controller_epoch = -1
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.partitions: dict[str, dict[int, CachedPartition]] = {}
+
+    def update(self, body: dict) -> list[tuple[str, int]]:
+        """Apply an UpdateMetadata body; returns the partitions whose state changed."""
+        self.controller_id = body["controller_id"]
+        self.controller_epoch = body["controller_epoch"]
+        self.brokers = {b["id"]: BrokerEndpoint(b["id"], b["host"], b["port"], b.get("rack")) for b in body["live_brokers"]}
+        changed = []
+        for state in body["partition_states"]:
+            topic, partition = state["topic"], state["partition"]
+            if state["leader"] == -2:  # Kafka's LeaderDuringDelete marker: the topic is being deleted
+                self.partitions.get(topic, {}).pop(partition, None)
+                if not self.partitions.get(topic):
+                    self.partitions.pop(topic, None)
+                changed.append((topic, partition))
+                continue
+            cached = CachedPartition(
+                leader=state["leader"],
+                leader_epoch=state["leader_epoch"],
+                isr=tuple(state["isr"]),
+                replicas=tuple(state["replicas"]),
+                offline_replicas=tuple(state.get("offline_replicas") or ()),
+                controller_epoch=state["controller_epoch"],
+                zk_version=state["zk_version"],
+            )
+            topic_partitions = self.partitions.setdefault(topic, {})
+            if topic_partitions.get(partition) != cached:
+                topic_partitions[partition] = cached
+                changed.append((topic, partition))
+        return changed
+
+    def contains_topic(self, topic: str) -> bool:
+        return topic in self.partitions
+
+    def topics(self) -> list[str]:
+        return sorted(self.partitions)
+
+    def partition(self, topic: str, partition: int) -> CachedPartition | None:
+        return self.partitions.get(topic, {}).get(partition)
+
+    def alive_broker(self, broker_id: int) -> BrokerEndpoint | None:
+        return self.brokers.get(broker_id)
+
+    def metadata_response(self, topics: list[str] | None, cluster_id: str | None) -> dict:
+        names = self.topics() if topics is None else topics
+        return {
+            "brokers": [
+                {"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in sorted(self.brokers.values(), key=lambda b: b.id)
+            ],
+            "cluster_id": cluster_id,
+            "controller_id": self.controller_id,
+            "topics": [self._topic_metadata(name) for name in names],
+        }
+
+    def _topic_metadata(self, topic: str) -> dict:
+        partitions = self.partitions.get(topic)
+        if partitions is None:
+            return {
+                "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "topic": topic,
+                "is_internal": False,
+                "partitions": [],
+            }
+        out = []
+        for number in sorted(partitions):
+            p = partitions[number]
+            leader_alive = p.leader in self.brokers
+            out.append(
+                {
+                    "error_code": ErrorCode.NONE if leader_alive else ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition": number,
+                    "leader": p.leader if leader_alive else NO_LEADER,
+                    "leader_epoch": p.leader_epoch,
+                    "replicas": list(p.replicas),
+                    "isr": list(p.isr),
+                    "offline_replicas": [r for r in p.replicas if r not in self.brokers],
+                }
+            )
+        return {"error_code": ErrorCode.NONE, "topic": topic, "is_internal": topic.startswith("__"), "partitions": out}

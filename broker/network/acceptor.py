@@ -1,0 +1,91 @@
+"""The Acceptor: the listening socket (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's
+``SocketServer.Acceptor``).
+
+It accepts connections and hands each, round-robin, to one of the processors; after that the
+connection belongs to the processor. :class:`ConnectionQuotas` enforces ``max.connections``: a
+connection over the limit is closed as soon as it is made, with a (rate-limited) log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from broker.network.processor import Connection, LogLimiter, Processor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ConnectionQuotas:
+    """Counts live connections against ``max.connections`` (Kafka's ConnectionQuotas)."""
+
+    max_connections: int
+    log_limiter: LogLimiter = field(default_factory=lambda: LogLimiter(log))
+    count: int = 0
+    rejected: int = 0
+
+    def try_acquire(self, client_address: str) -> bool:
+        if self.count >= self.max_connections:
+            self.rejected += 1
+            self.log_limiter.log(
+                logging.WARNING,
+                "refused connection from %s: max.connections=%d reached (%d refused so far)",
+                client_address,
+                self.max_connections,
+                self.rejected,
+            )
+            return False
+        self.count += 1
+        return True
+
+    def release(self) -> None:
+        self.count -= 1
+
+
+class Acceptor:
+    """Binds the listening socket and deals accepted connections out to processors."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        processors: Sequence[Processor],
+        quotas: ConnectionQuotas,
+        backlog: int = 1024,
+    ) -> None:
+        if not processors:
+            raise ValueError("an acceptor needs at least one processor")
+        self.host, self.port, self.backlog = host, port, backlog
+        self.processors = list(processors)
+        self.quotas = quotas
+        self._next_processor = itertools.cycle(self.processors)
+        self._indexes = itertools.count()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Bind and listen; returns the bound port (useful when asked for port 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, self.host, self.port, backlog=self.backlog, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("listening on %s:%d with %d processors", self.host, self.port, len(self.processors))
+        return self.port
+
+    def _new_connection(self) -> Connection:
+        return next(self._next_processor).new_connection(self.quotas, next(self._indexes))
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the listening socket is closed (call after the connections are closed)."""
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self.quotas.log_limiter.flush()

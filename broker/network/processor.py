@@ -1,0 +1,394 @@
+"""Processors: each owns a set of connections, turns their bytes into Requests and writes the
+Responses back (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's ``SocketServer.Processor``).
+
+A :class:`Connection` is the asyncio.Protocol of one accepted socket. It feeds bytes to a
+:class:`FrameDecoder` (an oversize length closes the connection before the body is buffered),
+decodes the header (no readable correlation id: close), validates the body (bad shape, unknown
+API, unsupported version: an error response at once, the connection stays usable), and puts a
+:class:`Request` on the :class:`RequestChannel`. While that request is in flight the connection is
+*muted*: further frames stay in the decoder, and reading pauses once more than
+``MUTED_BUFFER_BYTES`` are waiting, so responses leave in request order. Reading also pauses while
+the request queue is full (backpressure) and while the socket's write buffer is over its high-water
+mark (a client that does not read its responses).
+
+A :class:`Processor` is one task draining its response queue: it writes each response, unmutes the
+connection and lets it process its next buffered frame. Idle connections (no bytes either way and
+nothing in flight for ``connections.max.idle.ms``) are closed by a per-connection timer.
+
+Misbehaving clients are logged through a :class:`LogLimiter` (a token bucket per processor) and at
+most ``LOGGED_REJECTS_PER_CONNECTION`` lines per connection, so a flood of garbage costs a few log
+lines and a count, not megabytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker.network.request_channel import Request, RequestChannel, Response
+from client.protocol.api import ApiKey, UnsupportedVersion, error_body, validate_request
+from client.protocol.errors import ErrorCode, ProtocolError
+from client.protocol.framing import FrameDecoder, FrameTooLarge, decode_request, encode_response
+
+if TYPE_CHECKING:
+    from broker.network.acceptor import ConnectionQuotas
+    from broker.network.socket_server import NetworkMetrics
+
+log = logging.getLogger(__name__)
+
+#: A muted connection stops reading once this many bytes wait in its decoder.
+MUTED_BUFFER_BYTES = 64 * 1024
+#: Rejected frames logged per connection; the rest are counted and summarised at close.
+LOGGED_REJECTS_PER_CONNECTION = 3
+
+
+class LogLimiter:
+    """A token bucket for log lines about misbehaving clients; it counts the lines it drops and
+    reports the count on the next line it lets through (or on :meth:`flush`)."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        burst: int = 20,
+        per_second: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger, self.burst, self.per_second, self.clock = logger, burst, per_second, clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self.suppressed = 0
+
+    def log(self, level: int, msg: str, *args: object) -> bool:
+        now = self.clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
+        self._last = now
+        if self._tokens < 1:
+            self.suppressed += 1
+            return False
+        self._tokens -= 1
+        if self.suppressed:
+            msg, args = msg + " (%d similar lines suppressed)", (*args, self.suppressed)
+            self.suppressed = 0
+        self.logger.log(level, msg, *args)
+        return True
+
+    def flush(self) -> None:
+        if self.suppressed:
+            self.logger.warning("%d log lines about rejected clients were suppressed", self.suppressed)
+            self.suppressed = 0
+
+
+class Connection(asyncio.Protocol):
+    """One client socket, owned by one :class:`Processor`."""
+
+    def __init__(self, processor: Processor, quotas: ConnectionQuotas, index: int) -> None:
+        self.processor = processor
+        self.quotas = quotas
+        self.index = index
+        self.connection_id = f"?-?-{index}"
+        self.client_address = "?"
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(processor.max_frame_bytes)
+        self.in_flight: Request | None = None  # muted while set
+        self.last_activity = 0.0
+        self.closed = asyncio.get_running_loop().create_future()
+        self._admitted = False  # counted against max.connections
+        self._closing = False
+        self._blocked = False  # request waiting for room in the request queue
+        self._write_paused = False
+        self._read_paused = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.rejected = 0
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        self.client_address = f"{peer[0]}:{peer[1]}"
+        self.connection_id = f"{local[0]}:{local[1]}-{self.client_address}-{self.index}"
+        if not self.quotas.try_acquire(self.client_address):
+            self._closing = True
+            transport.close()
+            return
+        self._admitted = True
+        self.processor.register(self)
+        self.last_activity = self.processor.loop.time()
+        self._arm_idle_timer(self.processor.idle_seconds)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.last_activity = self.processor.loop.time()
+        if self.processor.metrics is not None:
+            self.processor.metrics.on_bytes(len(data), 0)
+        self.decoder.feed(data)
+        self._process()
+
+    def eof_received(self) -> bool:
+        # Close our side too: like Kafka, no half-closed connections. Bytes left over while nothing
+        # is in flight are a frame the client never finished.
+        if self.decoder.buffered and self.in_flight is None and not self._write_paused and not self._closing:
+            self._reject(
+                "truncated_frame",
+                "closed the connection mid-frame (%d bytes buffered)",
+                self.decoder.buffered,
+            )
+        return False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._admitted:
+            self.quotas.release()
+            self.processor.unregister(self)
+            if self.in_flight is not None and self._blocked:
+                self.processor.channel.withdraw(self.in_flight)
+            if self.rejected > LOGGED_REJECTS_PER_CONNECTION:
+                self.processor.log_limiter.log(
+                    logging.WARNING,
+                    "connection %s closed after %d rejected frames (%d not logged)",
+                    self.connection_id,
+                    self.rejected,
+                    self.rejected - LOGGED_REJECTS_PER_CONNECTION,
+                )
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _process(self) -> None:
+        """Handle buffered frames until one becomes an in-flight request or data runs out."""
+        while self.in_flight is None and not self._closing and not self._write_paused:
+            try:
+                payload = self.decoder.next_frame()
+            except FrameTooLarge as exc:
+                self._reject("oversize_frame", "%s", exc, close=True)
+                return
+            if payload is None:
+                break
+            self._handle_frame(payload)
+        self._update_reading()
+
+    def _handle_frame(self, payload: bytes) -> None:
+        try:
+            header, raw_body = decode_request(payload)
+        except ProtocolError as exc:
+            self._reject("bad_header", "%s", exc, close=True)
+            return
+        try:
+            body = validate_request(header.api_key, header.api_version, raw_body)
+        except UnsupportedVersion as exc:
+            self._answer_error(
+                header.correlation_id, ErrorCode.UNSUPPORTED_VERSION, "unsupported_version", str(exc)
+            )
+            return
+        except ProtocolError as exc:  # InvalidBody, UnknownApi
+            self._answer_error(header.correlation_id, ErrorCode.INVALID_REQUEST, "invalid_request", str(exc))
+            return
+        except Exception as exc:  # a validator bug must not take the connection's processor down
+            message = f"cannot validate the request: {exc.__class__.__name__}: {exc}"[:500]
+            self._answer_error(header.correlation_id, ErrorCode.INVALID_REQUEST, "invalid_request", message)
+            return
+        request = Request(
+            header=header,
+            api_key=ApiKey(header.api_key),
+            body=body,
+            connection_id=self.connection_id,
+            client_address=self.client_address,
+            processor_id=self.processor.id,
+            received_ms=time.monotonic() * 1000,
+            _channel=self.processor.channel,
+        )
+        self.in_flight = request
+        if not self.processor.channel.send_request(request, self._on_admitted):
+            self._blocked = True
+
+    def _on_admitted(self) -> None:
+        self._blocked = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self._closing or self.transport is None:
+            return
+        pause = (
+            self._blocked
+            or self._write_paused
+            or (self.in_flight is not None and self.decoder.buffered >= MUTED_BUFFER_BYTES)
+        )
+        if pause and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+        elif not pause and self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    # -- writing (called by the processor task) ---------------------------------------------------
+    def complete(self, response: Response) -> None:
+        if self._closing:
+            return
+        if response.request is not self.in_flight:
+            log.warning(
+                "dropping a response on %s that does not match its in-flight request", self.connection_id
+            )
+            return
+        self.in_flight = None
+        if response.payload is not None:
+            self.write(response.payload)
+        if response.close:
+            self.close()
+            return
+        self._process()
+
+    def write(self, payload: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(payload)
+        self.last_activity = self.processor.loop.time()
+        if self.processor.metrics is not None:
+            self.processor.metrics.on_bytes(0, len(payload))
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            if self.transport is not None:
+                self.transport.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- rejections and idleness ------------------------------------------------------------------
+    def _answer_error(self, correlation_id: int, code: ErrorCode, kind: str, message: str) -> None:
+        self._reject(kind, "answered %s: %s", code.name, message)
+        self.write(encode_response(correlation_id, error_body(code, message)))
+
+    def _reject(self, kind: str, reason: str, *args: object, close: bool = False) -> None:
+        self.rejected += 1
+        if self.processor.metrics is not None:
+            self.processor.metrics.on_error(kind)
+        if self.rejected <= LOGGED_REJECTS_PER_CONNECTION:
+            self.processor.log_limiter.log(
+                logging.WARNING,
+                "rejected frame from %s (%s): " + reason + ("; closing the connection" if close else ""),
+                self.client_address,
+                self.connection_id,
+                *args,
+            )
+        if close:
+            self.close()
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        self._idle_timer = self.processor.loop.call_later(delay, self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self._closing:
+            return
+        idle_for = self.processor.loop.time() - self.last_activity
+        limit = self.processor.idle_seconds
+        if self.in_flight is not None or idle_for < limit:
+            self._arm_idle_timer(limit if self.in_flight is not None else limit - idle_for)
+            return
+        if self.processor.metrics is not None:
+            self.processor.metrics.on_error("idle_timeout")
+        self.processor.log_limiter.log(
+            logging.INFO, "closing idle connection %s (no traffic for %.3f s)", self.connection_id, idle_for
+        )
+        self.close()
+
+
+class Processor:
+    """Owns connections and drains its response queue in one task."""
+
+    def __init__(
+        self,
+        processor_id: int,
+        channel: RequestChannel,
+        max_frame_bytes: int,
+        connections_max_idle_ms: int,
+        metrics: NetworkMetrics | None = None,
+        log_limiter: LogLimiter | None = None,
+    ) -> None:
+        self.id = processor_id
+        self.channel = channel
+        self.max_frame_bytes = max_frame_bytes
+        self.idle_seconds = connections_max_idle_ms / 1000
+        self.metrics = metrics
+        self.log_limiter = log_limiter or LogLimiter(log)
+        self.connections: dict[str, Connection] = {}
+        self.loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def connection_count(self) -> int:
+        return len(self.connections)
+
+    def new_connection(self, quotas: ConnectionQuotas, index: int) -> Connection:
+        """The protocol for a socket the acceptor just accepted."""
+        return Connection(self, quotas, index)
+
+    def register(self, connection: Connection) -> None:
+        self.connections[connection.connection_id] = connection
+        if self._stopping:  # accepted just as the server stopped
+            connection.close()
+
+    def unregister(self, connection: Connection) -> None:
+        self.connections.pop(connection.connection_id, None)
+
+    def start(self) -> None:
+        self._task = self.loop.create_task(self._run(), name=f"network-processor-{self.id}")
+
+    async def _run(self) -> None:
+        queue = self.channel.response_queue(self.id)
+        while True:
+            response = await queue.get()
+            self._send(response)
+            while not queue.empty():
+                self._send(queue.get_nowait())
+
+    def _send(self, response: Response) -> None:
+        request = response.request
+        connection = self.connections.get(request.connection_id)
+        if connection is None:
+            log.debug("dropping response to %s: connection closed", request.connection_id)
+            return
+        try:
+            connection.complete(response)
+        except Exception:  # one broken connection must not stop the processor
+            log.exception("failed to send a response on %s", request.connection_id)
+            connection.abort()
+            return
+        if self.metrics is not None:
+            self.metrics.on_request(request.api_key, time.monotonic() * 1000 - request.received_ms)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Close every connection (flushing what was written), then stop the task."""
+        self._stopping = True
+        connections = list(self.connections.values())
+        for connection in connections:
+            connection.close()
+        waiting = [c.closed for c in connections if not c.closed.done()]
+        if waiting:
+            _, pending = await asyncio.wait(waiting, timeout=grace)
+            for connection in connections:
+                if not connection.closed.done():
+                    connection.abort()
+            if pending:
+                await asyncio.wait(pending, timeout=grace)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self.log_limiter.flush()

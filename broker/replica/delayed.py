@@ -1,0 +1,131 @@
+"""DelayedProduce and DelayedFetch: the two operations the purgatories hold (SPEC 5.4; seed 000).
+
+DelayedProduce (acks=all) completes for each partition when the HW passes the batch's last
+offset (success), the ISR is below min.insync.replicas at that point
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND), the broker is no longer leader
+(NOT_LEADER_OR_FOLLOWER), or the timeout passes (REQUEST_TIMED_OUT).
+
+DelayedFetch completes when min bytes are available, an error or leadership change hits one
+of its partitions, or max wait passes; it then reads again and answers with what is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.purgatory import DelayedOperation
+from client.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.replica.replica_manager import ReplicaManager
+
+
+@dataclass
+class ProducePartitionStatus:
+    error_code: int
+    base_offset: int
+    required_offset: int  # the HW this partition's acks=all write waits for (last offset + 1)
+    error_message: str | None = None
+    log_start_offset: int = -1
+    pending: bool = True
+
+
+class DelayedProduce(DelayedOperation):
+    def __init__(
+        self,
+        delay_ms: int,
+        statuses: dict[tuple[str, int], ProducePartitionStatus],
+        replica_manager: ReplicaManager,
+        respond: Callable[[dict], None],
+    ) -> None:
+        super().__init__(delay_ms)
+        self.statuses = statuses
+        self.replica_manager = replica_manager
+        self.respond = respond
+        for status in statuses.values():
+            status.pending = status.error_code == ErrorCode.NONE
+
+    def try_complete(self) -> bool:
+        for tp, status in self.statuses.items():
+            if status.pending:
+                self._check_partition(tp, status)
+        if any(status.pending for status in self.statuses.values()):
+            return False
+        return self.force_complete()
+
+    def _check_partition(self, tp: tuple[str, int], status: ProducePartitionStatus) -> None:
+        """Kafka's Partition.checkEnoughReplicasReachOffset."""
+        try:
+            partition, log_ = self.replica_manager.leader_log(tp)
+        except KafkaError as exc:
+            status.error_code, status.error_message, status.pending = exc.code, exc.message, False
+            return
+        if log_.high_watermark >= status.required_offset:
+            min_isr = self.replica_manager.min_insync_replicas(tp[0])
+            if len(partition.isr) < min_isr:
+                status.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                status.error_message = f"ISR {sorted(partition.isr)} shrank below min.insync.replicas={min_isr}"
+            status.pending = False
+
+    def on_expiration(self) -> None:
+        for status in self.statuses.values():
+            if status.pending:
+                status.error_code = ErrorCode.REQUEST_TIMED_OUT
+                status.error_message = "not replicated to the ISR before the request timeout"
+                status.pending = False
+
+    def on_complete(self) -> None:
+        self.respond(self.statuses)
+
+
+@dataclass
+class FetchPartitionStatus:
+    fetch: dict  # the request's partition entry
+
+
+class DelayedFetch(DelayedOperation):
+    def __init__(
+        self,
+        delay_ms: int,
+        body: dict,
+        statuses: dict[tuple[str, int], FetchPartitionStatus],
+        replica_manager: ReplicaManager,
+        respond: Callable[[dict], None],
+    ) -> None:
+        super().__init__(delay_ms)
+        self.body = body
+        self.statuses = statuses
+        self.replica_manager = replica_manager
+        self.respond = respond
+
+    def try_complete(self) -> bool:
+        """Seed 000: complete when a partition errs (leadership moved, epoch fenced), or enough
+        bytes are past the fetch offsets (below the HW for consumers, the LEO for followers)."""
+        is_follower = self.body["replica_id"] >= 0
+        available = 0
+        for tp, status in self.statuses.items():
+            try:
+                partition, log_ = self.replica_manager.leader_log(tp, status.fetch["current_leader_epoch"])
+            except KafkaError:
+                return self.force_complete()
+            end = log_.log_end_offset if is_follower else log_.high_watermark
+            fetch_offset = status.fetch["fetch_offset"]
+            if fetch_offset > end or fetch_offset < log_.log_start_offset:
+                return self.force_complete()  # out of range: answer with the error now
+            if end > fetch_offset:
+                available += _estimate_bytes(log_, fetch_offset, end, status.fetch["partition_max_bytes"])
+        if available >= self.body["min_bytes"]:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        requested = {tp: status.fetch for tp, status in self.statuses.items()}
+        self.respond(self.replica_manager._read_all(self.body["replica_id"], requested, self.body["max_bytes"]))
+
+
+def _estimate_bytes(log_, start: int, end: int, limit: int) -> int:
+    """Bytes between two offsets, at most ``limit``: a real read, since min.bytes is usually 1
+    and the first batch then settles it."""
+    return len(log_.read(start, limit, max_offset=end, min_one_message=True).records)

@@ -1,0 +1,301 @@
+"""Replica fetchers: followers pull from leaders (SPEC 5.4; seed 000 follower FETCH; seeds 001, 002).
+
+One :class:`ReplicaFetcher` per source broker fetches every partition this broker follows
+from that leader in a single FETCH (replica id, fetch offset = our LEO, current leader
+epoch, max bytes, long-poll wait). Before a partition's first fetch from a new leader it
+is truncated: by the leader-epoch exchange (OffsetsForLeaderEpoch, repeated per KIP-279) or,
+under the unsafe ``high-watermark`` policy, to the local HW. LeaderAndIsr adds and removes
+partitions through :class:`ReplicaFetcherManager`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.replica.truncation import (
+    TruncationPolicy,
+    truncation_by_high_watermark,
+    truncation_by_leader_epoch,
+)
+from client.connection import BrokerConnection
+from client.protocol.api import EARLIEST_TIMESTAMP, ApiKey
+from client.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.replica.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class FetchState:
+    leader_epoch: int
+    truncating: bool = True  # a new leader: truncate before the first fetch
+    delayed_until: float = 0.0  # loop time before which this partition is not fetched (after an error)
+
+
+class ReplicaFetcher:
+    def __init__(self, replica_manager: ReplicaManager, leader: dict) -> None:
+        self.rm = replica_manager
+        self.config = replica_manager.config
+        self.leader_id: int = leader["id"]
+        self.leader_host, self.leader_port = leader["host"], leader["port"]
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.policy = TruncationPolicy(self.config["replica.truncation.policy"])
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._connection: BrokerConnection | None = None
+        self.name = f"ReplicaFetcher-{self.rm.broker_id}-from-{self.leader_id}"
+
+    # -- membership ------------------------------------------------------------------------------
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self.partitions[tp] = FetchState(leader_epoch)
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        if self._connection is not None:
+            self._connection.close()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = self.config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            if not self.partitions:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            try:
+                connection = await self._connect()
+                await self._truncate(connection)
+                fetched = await self._fetch(connection)
+                if not fetched:
+                    await asyncio.sleep(min(backoff, 0.1))
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                log.info("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+                self._drop_connection()
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("%s: unexpected failure; retrying in %.1fs", self.name, backoff)
+                self._drop_connection()
+                await asyncio.sleep(backoff)
+
+    async def _connect(self) -> BrokerConnection:
+        if self._connection is None or not self._connection.is_open:
+            self._connection = await BrokerConnection.open(
+                self.leader_host, self.leader_port, client_id=f"broker-{self.rm.broker_id}-fetcher"
+            )
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _timeout(self) -> float:
+        return (self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"]) / 1000
+
+    # -- truncation (seed 001/002, KIP-101/279) ----------------------------------------------------------
+    async def _truncate(self, connection: BrokerConnection) -> None:
+        while pending := {tp: s for tp, s in self.partitions.items() if s.truncating}:
+            if self.policy is TruncationPolicy.HIGH_WATERMARK:
+                for tp, state in pending.items():
+                    log_ = self.rm.get_log(tp)
+                    if log_ is not None:
+                        decision = truncation_by_high_watermark(log_.high_watermark, log_.log_end_offset)
+                        self._apply_truncation(tp, decision.offset, "high watermark")
+                    state.truncating = False
+                return
+            await self._truncate_by_leader_epoch(connection, pending)
+
+    async def _truncate_by_leader_epoch(self, connection: BrokerConnection, pending: dict) -> None:
+        asked: dict[TopicPartition, int] = {}
+        topics: dict[str, list[dict]] = {}
+        for tp, state in pending.items():
+            log_ = self.rm.get_log(tp)
+            if log_ is None:
+                state.truncating = False
+                continue
+            latest = log_.leader_epoch_cache.latest_epoch
+            if latest < 0:  # an empty cache: nothing we could have diverged on beyond the HW
+                self._apply_truncation(tp, min(log_.high_watermark, log_.log_end_offset), "empty epoch cache")
+                state.truncating = False
+                continue
+            asked[tp] = latest
+            topics.setdefault(tp[0], []).append(
+                {"partition": tp[1], "leader_epoch": latest, "current_leader_epoch": state.leader_epoch}
+            )
+        if not topics:
+            return
+        response = await connection.request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            {"replica_id": self.rm.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]},
+            timeout=self._timeout(),
+        )
+        for topic in response["topics"]:
+            for answer in topic["partitions"]:
+                tp = (topic["topic"], answer["partition"])
+                state, log_ = self.partitions.get(tp), self.rm.get_log(tp)
+                if state is None or log_ is None or tp not in asked:
+                    continue
+                if answer["error_code"] != ErrorCode.NONE:
+                    self._delay(tp, answer["error_code"])
+                    continue
+                ours = log_.leader_epoch_cache.end_offset_for(answer["leader_epoch"], log_.log_end_offset)
+                decision = truncation_by_leader_epoch(
+                    answer["leader_epoch"],
+                    answer["end_offset"],
+                    None if ours[0] < 0 else ours,
+                    log_.log_end_offset,
+                    log_.high_watermark,
+                )
+                self._apply_truncation(
+                    tp, decision.offset, f"leader epoch {answer['leader_epoch']} ends at {answer['end_offset']}"
+                )
+                state.truncating = not decision.completed
+
+    def _apply_truncation(self, tp: TopicPartition, offset: int, why: str) -> None:
+        log_ = self.rm.get_log(tp)
+        if log_ is None or offset >= log_.log_end_offset:
+            return
+        log.info("%s: truncating %s-%s from LEO %d to %d (%s)", self.name, *tp, log_.log_end_offset, offset, why)
+        self.rm.state_change_log(
+            {"event": "Truncate", "topic": tp[0], "partition": tp[1], "from": log_.log_end_offset, "to": offset,
+             "reason": why, "policy": self.policy.value}
+        )
+        log_.truncate_to(offset)
+
+    def _delay(self, tp: TopicPartition, error_code: int) -> None:
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.delayed_until = asyncio.get_running_loop().time() + self.config["replica.fetch.backoff.ms"] / 1000
+            log.info("%s: %s-%s got %s; backing off", self.name, *tp, ErrorCode(error_code).name)
+
+    # -- fetch --------------------------------------------------------------------------------------------
+    async def _fetch(self, connection: BrokerConnection) -> bool:
+        now = asyncio.get_running_loop().time()
+        topics: dict[str, list[dict]] = {}
+        epochs: dict[TopicPartition, int] = {}
+        for tp, state in self.partitions.items():
+            log_ = self.rm.get_log(tp)
+            if state.truncating or log_ is None or state.delayed_until > now:
+                continue
+            epochs[tp] = state.leader_epoch
+            topics.setdefault(tp[0], []).append(
+                {
+                    "partition": tp[1],
+                    "fetch_offset": log_.log_end_offset,
+                    "current_leader_epoch": state.leader_epoch,
+                    "log_start_offset": log_.log_start_offset,
+                    "partition_max_bytes": self.config["replica.fetch.max.bytes"],
+                }
+            )
+        if not topics:
+            return False
+        body = {
+            "replica_id": self.rm.broker_id,
+            "max_wait_ms": self.config["replica.fetch.wait.max.ms"],
+            "min_bytes": self.config["replica.fetch.min.bytes"],
+            "max_bytes": max(self.config["replica.fetch.max.bytes"], 10 * 1024 * 1024),
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        response = await connection.request(ApiKey.FETCH, body, timeout=self._timeout())
+        for topic in response["topics"]:
+            for data in topic["partitions"]:
+                tp = (topic["topic"], data["partition"])
+                state = self.partitions.get(tp)
+                if state is None or state.leader_epoch != epochs.get(tp) or state.truncating:
+                    continue  # removed or re-pointed while the fetch was in flight
+                await self._process_partition(connection, tp, data)
+        return True
+
+    async def _process_partition(self, connection: BrokerConnection, tp: TopicPartition, data: dict) -> None:
+        code = data["error_code"]
+        if code == ErrorCode.NONE:
+            try:
+                self.rm.append_as_follower(tp, data["records"], data["high_watermark"])
+            except KafkaError as exc:
+                log.warning("%s: cannot append to %s-%s: %s; re-truncating", self.name, *tp, exc)
+                self.partitions[tp].truncating = True
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._handle_out_of_range(connection, tp)
+        else:
+            self._delay(tp, code)
+
+    async def _handle_out_of_range(self, connection: BrokerConnection, tp: TopicPartition) -> None:
+        """Our LEO is outside the leader's log: if we are ahead, truncate again by epochs;
+        if we are behind its log start (retention), restart at its log start offset."""
+        log_ = self.rm.get_log(tp)
+        state = self.partitions.get(tp)
+        if log_ is None or state is None:
+            return
+        response = await connection.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": self.rm.broker_id,
+                "topics": [
+                    {"topic": tp[0], "partitions": [{"partition": tp[1], "timestamp": EARLIEST_TIMESTAMP,
+                                                     "current_leader_epoch": state.leader_epoch}]}
+                ],
+            },
+            timeout=self._timeout(),
+        )
+        answer = response["topics"][0]["partitions"][0]
+        if answer["error_code"] != ErrorCode.NONE:
+            self._delay(tp, answer["error_code"])
+            return
+        leader_start = answer["offset"]
+        if log_.log_end_offset < leader_start:
+            log.warning("%s: %s-%s is below the leader's log start %d; restarting there", self.name, *tp, leader_start)
+            log_.truncate_fully_and_start_at(leader_start)
+        else:
+            state.truncating = True
+
+
+class ReplicaFetcherManager:
+    """Adds and removes partitions from per-leader fetchers as LeaderAndIsr says."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.rm = replica_manager
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._owner: dict[TopicPartition, int] = {}
+
+    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
+        self.remove_partition(tp)
+        fetcher = self.fetchers.get(leader["id"])
+        if fetcher is None or (fetcher.leader_host, fetcher.leader_port) != (leader["host"], leader["port"]):
+            if fetcher is not None:
+                asyncio.get_running_loop().create_task(fetcher.stop())
+            fetcher = self.fetchers[leader["id"]] = ReplicaFetcher(self.rm, leader)
+        fetcher.add(tp, leader_epoch)
+        self._owner[tp] = leader["id"]
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        owner = self._owner.pop(tp, None)
+        if owner is not None and owner in self.fetchers:
+            self.fetchers[owner].remove(tp)
+
+    def fetching(self) -> dict[TopicPartition, int]:
+        return dict(self._owner)
+
+    async def shutdown(self) -> None:
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+        self._owner.clear()

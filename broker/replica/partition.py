@@ -1,0 +1,184 @@
+"""The replication rules of one partition, sans-IO (SPEC 5.4; seeds 001, 002, 003).
+
+This module holds no log, no socket and no clock: callers pass the leader's log end
+offset (LEO), the follower's fetch offset and the current time, and get decisions back.
+That keeps the rules of seed 001 testable step by step:
+
+* The leader keeps each follower's LEO (the "remote LEO"), taken from the fetch offset of
+  that follower's FETCH: a follower asking for offset N has everything below N.
+* A follower is caught up when its fetch offset reaches the leader's LEO; the time of that
+  (``last_caught_up_time_ms``) drives Kafka's time-based ISR rule (``replica.lag.time.max.ms``).
+* The partition HW is the minimum LEO over the leader and every replica that is in the ISR
+  or caught up within the lag time, and it only moves forward.
+* A follower's HW is min(its own LEO, the HW in the leader's fetch response).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from client.protocol.api import NO_LEADER
+
+UNKNOWN_OFFSET = -1
+
+
+@dataclass
+class RemoteReplica:
+    """The leader's view of one follower (Kafka's ``Replica``)."""
+
+    broker_id: int
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    last_fetch_time_ms: int = 0
+
+    def update_fetch_state(self, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> None:
+        """Kafka's Replica.updateFetchState: a fetch at the leader's LEO is caught up now; a fetch
+        that reached what the leader's LEO was at the previous fetch was caught up back then."""
+        if fetch_offset >= leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, self.last_fetch_time_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_log_end_offset = leader_log_end_offset
+        self.last_fetch_time_ms = now_ms
+
+    def reset(self, now_ms: int, in_sync: bool) -> None:
+        """On becoming leader, nothing is known of followers yet; ISR members count as caught up now."""
+        self.log_end_offset = UNKNOWN_OFFSET
+        self.last_fetch_leader_log_end_offset = UNKNOWN_OFFSET
+        self.last_fetch_time_ms = 0
+        self.last_caught_up_time_ms = now_ms if in_sync else 0
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the controller said about the partition (one LeaderAndIsr entry)."""
+
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int
+    replicas: tuple[int, ...]
+
+    @classmethod
+    def from_request(cls, entry: dict) -> PartitionState:
+        return cls(
+            controller_epoch=entry["controller_epoch"],
+            leader=entry["leader"],
+            leader_epoch=entry["leader_epoch"],
+            isr=tuple(entry["isr"]),
+            zk_version=entry["zk_version"],
+            replicas=tuple(entry["replicas"]),
+        )
+
+
+@dataclass
+class Partition:
+    topic: str
+    partition: int
+    local_broker_id: int
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    controller_epoch: int = -1
+    zk_version: int = 0
+    assigned_replicas: tuple[int, ...] = ()
+    isr: frozenset[int] = frozenset()
+    leader_epoch_start_offset: int = UNKNOWN_OFFSET
+    remote_replicas: dict[int, RemoteReplica] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    # -- role changes (seed 000 "LeaderAndIsrRequest响应过程", makeLeaders / makeFollowers) ---------
+
+    def is_newer(self, state: PartitionState) -> bool:
+        """LeaderAndIsr is applied only when its leader epoch is newer than ours (seed 000, step 2.1)."""
+        return state.leader_epoch > self.leader_epoch
+
+    def make_leader(self, state: PartitionState, local_log_end_offset: int, now_ms: int) -> bool:
+        """Become leader. Returns True if this broker was not already leader for this epoch."""
+        was_leader = self.is_leader and self.leader_epoch == state.leader_epoch
+        self._apply(state)
+        self.leader_epoch_start_offset = local_log_end_offset
+        self.remote_replicas = {
+            replica: RemoteReplica(replica) for replica in state.replicas if replica != self.local_broker_id
+        }
+        for replica in self.remote_replicas.values():
+            replica.reset(now_ms, in_sync=replica.broker_id in self.isr)
+        return not was_leader
+
+    def make_follower(self, state: PartitionState) -> bool:
+        """Become follower. Returns True if the leader changed (the fetcher must be re-pointed)."""
+        leader_changed = self.leader_id != state.leader
+        self._apply(state)
+        self.remote_replicas = {}
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        return leader_changed
+
+    def _apply(self, state: PartitionState) -> None:
+        self.controller_epoch = state.controller_epoch
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.isr = frozenset(state.isr)
+        self.zk_version = state.zk_version
+        self.assigned_replicas = state.replicas
+
+    # -- leader side: follower fetches and the high watermark (seed 001) ----------------------
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> bool:
+        """Record a follower's FETCH. Returns False if the replica is not assigned here."""
+        replica = self.remote_replicas.get(replica_id)
+        if replica is None:
+            return False
+        replica.update_fetch_state(fetch_offset, leader_log_end_offset, now_ms)
+        return True
+
+    def high_watermark_candidate(
+        self, leader_log_end_offset: int, current_high_watermark: int, now_ms: int, replica_lag_time_max_ms: int
+    ) -> int:
+        """The new leader HW: min LEO over the leader and replicas in the ISR or caught up within
+        the lag time; never below the current HW (the HW only moves forward)."""
+        candidate = leader_log_end_offset
+        for replica in self.remote_replicas.values():
+            counts = replica.broker_id in self.isr or (
+                now_ms - replica.last_caught_up_time_ms <= replica_lag_time_max_ms
+            )
+            if counts:
+                leo = replica.log_end_offset if replica.log_end_offset != UNKNOWN_OFFSET else current_high_watermark
+                candidate = min(candidate, leo)
+        return max(candidate, current_high_watermark)
+
+    def out_of_sync_replicas(self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int) -> set[int]:
+        """ISR members that have not caught up within the lag time (Kafka's getOutOfSyncReplicas)."""
+        stale = set()
+        for replica_id in self.isr:
+            replica = self.remote_replicas.get(replica_id)
+            if replica is None:
+                continue
+            if replica.log_end_offset != leader_log_end_offset and (
+                now_ms - replica.last_caught_up_time_ms > replica_lag_time_max_ms
+            ):
+                stale.add(replica_id)
+        return stale
+
+    def can_join_isr(self, replica_id: int, high_watermark: int) -> bool:
+        """A follower rejoins when its LEO reaches the HW and the current epoch's start offset."""
+        replica = self.remote_replicas.get(replica_id)
+        return (
+            replica is not None
+            and replica_id not in self.isr
+            and replica.log_end_offset >= high_watermark
+            and replica.log_end_offset >= self.leader_epoch_start_offset
+        )
+
+
+def follower_high_watermark(local_log_end_offset: int, leader_high_watermark: int) -> int:
+    """Seed 001: a follower's HW is min(its LEO, the leader's HW sent in the fetch response)."""
+    return min(local_log_end_offset, leader_high_watermark)

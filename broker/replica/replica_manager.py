@@ -1,0 +1,373 @@
+"""The replica manager: every partition this broker hosts, as leader or follower (SPEC 5.4;
+seed 000 "LeaderAndIsrRequest响应过程" and "DelayedFetch"; seed 001).
+
+It owns the :class:`Partition` rule objects, their logs (through the LogManager), the
+produce and fetch purgatories and the replica fetchers. The rules themselves live in
+``partition.py`` and ``truncation.py``; this module applies their decisions to the logs
+and wakes the purgatories when the high watermark or leadership moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker.config import BrokerConfig, validate_topic_configs
+from broker.log import Log, LogManager
+from broker.metadata_cache import MetadataCache
+from broker.purgatory import Purgatory
+from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from broker.replica.partition import Partition, PartitionState
+from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from client.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+TopicConfigSource = Callable[[str], Awaitable[dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    error_code: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        log_manager: LogManager,
+        metadata_cache: MetadataCache,
+        time_ms: Callable[[], int],
+        state_change_log: Callable[[dict], None],
+        topic_config_source: TopicConfigSource,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self.time_ms = time_ms
+        self.state_change_log = state_change_log
+        self.topic_config_source = topic_config_source
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.topic_overrides: dict[str, dict[str, str]] = {}  # as written in /config/topics/<t>
+        self.topic_configs: dict[str, dict[str, Any]] = {}  # the same, parsed and typed
+        self.controller_epoch = -1
+        self.produce_purgatory = Purgatory("Produce")
+        self.fetch_purgatory = Purgatory("Fetch")
+        self.fetchers = None  # set by the server: ReplicaFetcherManager (kept optional for unit tests)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self.log_manager.get_log(*tp)
+
+    def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]:
+        """The partition and log if this broker leads it, else KafkaError with Kafka's code."""
+        partition = self.partitions.get(tp)
+        log_ = self.get_log(tp)
+        if partition is None or log_ is None:
+            known = self.metadata_cache.partition(*tp) is not None
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{tp[0]}-{tp[1]} is not hosted on broker {self.broker_id}",
+            )
+        self._check_leader_epoch(partition, current_leader_epoch)
+        if not partition.is_leader:
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.broker_id} is not the leader of {tp[0]}-{tp[1]} (leader is {partition.leader_id})",
+            )
+        return partition, log_
+
+    @staticmethod
+    def _check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
+        """KIP-320: a request from an older epoch is fenced, one from a newer epoch is unknown to us."""
+        if current_leader_epoch == -1:
+            return
+        if current_leader_epoch < partition.leader_epoch:
+            raise KafkaError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"{partition.topic}-{partition.partition}: epoch {current_leader_epoch} < current {partition.leader_epoch}",
+            )
+        if current_leader_epoch > partition.leader_epoch:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_LEADER_EPOCH,
+                f"{partition.topic}-{partition.partition}: epoch {current_leader_epoch} > current {partition.leader_epoch}",
+            )
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return self.topic_configs.get(topic, {}).get("min.insync.replicas", self.config["min.insync.replicas"])
+
+    # -- LeaderAndIsr (seed 000 "LeaderAndIsrRequest响应过程") ---------------------------------------
+
+    async def become_leader_or_follower(self, body: dict) -> dict:
+        if body["controller_epoch"] < self.controller_epoch:
+            self.state_change_log(
+                {"event": "LeaderAndIsrRejected", "reason": "stale controller epoch", "controller_epoch": body["controller_epoch"]}
+            )
+            return {
+                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                "partitions": [
+                    {"topic": s["topic"], "partition": s["partition"], "error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
+                    for s in body["partition_states"]
+                ],
+            }
+        self.controller_epoch = body["controller_epoch"]
+        leaders = {b["id"]: b for b in body["live_leaders"]}
+        results = []
+        to_lead: list[tuple[Partition, PartitionState]] = []
+        to_follow: list[tuple[Partition, PartitionState]] = []
+        for entry in body["partition_states"]:
+            tp = (entry["topic"], entry["partition"])
+            state = PartitionState.from_request(entry)
+            partition = self.partitions.get(tp) or Partition(tp[0], tp[1], self.broker_id)
+            error = ErrorCode.NONE
+            if not partition.is_newer(state):
+                error = ErrorCode.FENCED_LEADER_EPOCH  # seed 000 step 2.2: StaleLeaderEpochCode
+            elif self.broker_id not in state.replicas:
+                log.warning("LeaderAndIsr for %s-%s does not list broker %s as a replica", *tp, self.broker_id)
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                self.partitions[tp] = partition
+                (to_lead if state.leader == self.broker_id else to_follow).append((partition, state))
+            self.state_change_log(
+                {
+                    "event": "LeaderAndIsrReceived",
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "controller_id": body["controller_id"],
+                    "controller_epoch": body["controller_epoch"],
+                    "leader": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "isr": list(state.isr),
+                    "replicas": list(state.replicas),
+                    "error": ErrorCode(error).name,
+                }
+            )
+            results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
+        for partition, state in to_lead:
+            await self._make_leader(partition, state)
+        for partition, state in to_follow:
+            await self._make_follower(partition, state, leaders.get(state.leader))
+        return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    async def _log_for(self, topic: str, partition: int) -> Log:
+        if topic not in self.topic_overrides:
+            overrides = await self.topic_config_source(topic)
+            self.topic_configs[topic] = validate_topic_configs(overrides)
+            self.topic_overrides[topic] = overrides
+        return self.log_manager.get_or_create_log(topic, partition, self.config.log_config(self.topic_overrides[topic]))
+
+    async def _make_leader(self, partition: Partition, state: PartitionState) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition)
+        if self.fetchers is not None:
+            self.fetchers.remove_partition(partition.key)
+        partition.make_leader(state, log_.log_end_offset, self.time_ms())
+        # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
+        log_.leader_epoch_cache.assign(state.leader_epoch, log_.log_end_offset)
+        self.state_change_log(
+            {"event": "BecameLeader", "topic": partition.topic, "partition": partition.partition,
+             "leader_epoch": state.leader_epoch, "log_end_offset": log_.log_end_offset,
+             "high_watermark": log_.high_watermark}
+        )
+        self.maybe_increment_high_watermark(partition, log_)
+        self._wake(partition.key)
+
+    async def _make_follower(self, partition: Partition, state: PartitionState, leader: dict | None) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition)
+        partition.make_follower(state)
+        self.state_change_log(
+            {"event": "BecameFollower", "topic": partition.topic, "partition": partition.partition,
+             "leader": state.leader, "leader_epoch": state.leader_epoch, "log_end_offset": log_.log_end_offset,
+             "high_watermark": log_.high_watermark}
+        )
+        self._wake(partition.key)  # parked produce requests learn they are no longer on the leader
+        if self.fetchers is None:
+            return
+        self.fetchers.remove_partition(partition.key)
+        if leader is not None and state.leader >= 0:
+            self.fetchers.add_partition(partition.key, leader, state.leader_epoch)
+
+    def stop_replicas(self, body: dict) -> dict:
+        if body["controller_epoch"] < self.controller_epoch:
+            return {
+                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                "partitions": [dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]],
+            }
+        self.controller_epoch = body["controller_epoch"]
+        results = []
+        for entry in body["partitions"]:
+            tp = (entry["topic"], entry["partition"])
+            if self.fetchers is not None:
+                self.fetchers.remove_partition(tp)
+            partition = self.partitions.pop(tp, None)
+            self._wake(tp)
+            if body["delete_partitions"]:
+                self.log_manager.delete_log(*tp)
+                if not any(t == tp[0] for t, _ in self.partitions):
+                    self.topic_configs.pop(tp[0], None)
+                    self.topic_overrides.pop(tp[0], None)
+            self.state_change_log(
+                {"event": "StopReplica", "topic": tp[0], "partition": tp[1], "delete": body["delete_partitions"],
+                 "was_hosted": partition is not None}
+            )
+            results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
+        return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    # -- high watermark (seed 001) -------------------------------------------------------------
+
+    def maybe_increment_high_watermark(self, partition: Partition, log_: Log) -> bool:
+        new_hw = partition.high_watermark_candidate(
+            log_.log_end_offset, log_.high_watermark, self.time_ms(), self.config["replica.lag.time.max.ms"]
+        )
+        if new_hw > log_.high_watermark:
+            log_.update_high_watermark(new_hw)
+            self._wake(partition.key)
+            return True
+        return False
+
+    def _wake(self, tp: TopicPartition) -> None:
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    # -- Produce ------------------------------------------------------------------------------------
+
+    def append_records(
+        self,
+        acks: int,
+        timeout_ms: int,
+        entries: dict[TopicPartition, bytes],
+        respond: Callable[[dict[TopicPartition, ProducePartitionStatus]], None],
+    ) -> None:
+        """Append to every leader log, then answer now (acks 0/1, or any error) or park an
+        acks=all request in the produce purgatory until the HW passes each last offset."""
+        statuses: dict[TopicPartition, ProducePartitionStatus] = {}
+        for tp, records in entries.items():
+            statuses[tp] = self._append_to_leader(tp, records, acks)
+        waiting = acks == -1 and any(s.error_code == ErrorCode.NONE for s in statuses.values())
+        if not waiting:
+            respond(statuses)
+            return
+        operation = DelayedProduce(timeout_ms, statuses, self, respond)
+        self.produce_purgatory.try_complete_else_watch(operation, list(statuses))
+
+    def _append_to_leader(self, tp: TopicPartition, records: bytes, acks: int) -> ProducePartitionStatus:
+        try:
+            partition, log_ = self.leader_log(tp)
+            if acks == -1 and len(partition.isr) < self.min_insync_replicas(tp[0]):
+                raise KafkaError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    f"{tp[0]}-{tp[1]}: ISR {sorted(partition.isr)} is smaller than "
+                    f"min.insync.replicas={self.min_insync_replicas(tp[0])}",
+                )
+            info = log_.append_as_leader(records, partition.leader_epoch)
+        except KafkaError as exc:
+            return ProducePartitionStatus(exc.code, -1, -1, exc.message)
+        self.maybe_increment_high_watermark(partition, log_)
+        self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
+        return ProducePartitionStatus(ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset)
+
+    # -- Fetch (seed 000 "DelayedFetch"; seed 001) --------------------------------------------------
+
+    def read(self, tp: TopicPartition, replica_id: int, fetch: dict, max_bytes: int) -> ReadResult:
+        """Read one partition for a consumer (below the HW) or a follower (below the LEO)."""
+        try:
+            partition, log_ = self.leader_log(tp, fetch["current_leader_epoch"])
+            is_follower = replica_id != CONSUMER_REPLICA_ID
+            if is_follower:
+                if replica_id not in partition.assigned_replicas:
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}")
+                partition.update_follower_fetch(replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms())
+                self.maybe_increment_high_watermark(partition, log_)
+            limit = None if is_follower else log_.high_watermark
+            data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=limit, min_one_message=True)
+            return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
+        except KafkaError as exc:
+            return ReadResult(exc.code)
+
+    def fetch_messages(
+        self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]
+    ) -> None:
+        replica_id = body["replica_id"]
+        requested = {
+            (t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]
+        }
+        results = self._read_all(replica_id, requested, body["max_bytes"])
+        ready_bytes = sum(len(r.records) for r in results.values())
+        has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
+        # Seed 000: answer at once when max wait <= 0, nothing was asked, min bytes are ready, or on error.
+        if body["max_wait_ms"] <= 0 or not requested or ready_bytes >= body["min_bytes"] or has_error:
+            respond(results)
+            return
+        statuses = {tp: FetchPartitionStatus(p) for tp, p in requested.items()}
+        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
+        self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
+
+    def _read_all(self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int) -> dict:
+        results = {}
+        remaining = max_bytes
+        for tp, fetch in requested.items():
+            limit = max(0, min(fetch["partition_max_bytes"], remaining))
+            result = self.read(tp, replica_id, fetch, limit)
+            remaining -= len(result.records)
+            results[tp] = result
+        return results
+
+    # -- ListOffsets and OffsetsForLeaderEpoch ----------------------------------------------------------
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int) -> dict:
+        try:
+            partition, log_ = self.leader_log(tp, current_leader_epoch)
+        except KafkaError as exc:
+            return {"error_code": exc.code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        if timestamp == EARLIEST_TIMESTAMP:
+            offset, ts = log_.log_start_offset, -1
+        elif timestamp == LATEST_TIMESTAMP:
+            offset, ts = log_.high_watermark, -1
+        else:
+            found = log_.offset_for_timestamp(timestamp)
+            if found is None or found[0] >= log_.high_watermark:
+                offset, ts = -1, -1
+            else:
+                offset, ts = found
+        return {"error_code": ErrorCode.NONE, "timestamp": ts, "offset": offset, "leader_epoch": partition.leader_epoch}
+
+    def end_offset_for_epoch(self, tp: TopicPartition, requested_epoch: int, current_leader_epoch: int) -> dict:
+        """OffsetsForLeaderEpoch (seed 002): the leader's LEO for its latest epoch, else the start
+        offset of the first epoch above the requested one."""
+        try:
+            _, log_ = self.leader_log(tp, current_leader_epoch)
+        except KafkaError as exc:
+            return {"error_code": exc.code, "leader_epoch": -1, "end_offset": -1}
+        epoch, end_offset = log_.leader_epoch_cache.end_offset_for(requested_epoch, log_.log_end_offset)
+        return {"error_code": ErrorCode.NONE, "leader_epoch": epoch, "end_offset": end_offset}
+
+    # -- follower side, called by the fetcher ----------------------------------------------------------
+
+    def append_as_follower(self, tp: TopicPartition, records: bytes, leader_high_watermark: int) -> Log | None:
+        partition = self.partitions.get(tp)
+        log_ = self.get_log(tp)
+        if partition is None or log_ is None or partition.is_leader:
+            return None
+        if records:
+            log_.append_as_follower(records)
+        log_.update_high_watermark(min(log_.log_end_offset, leader_high_watermark))
+        return log_
+
+    # -- periodic duties ------------------------------------------------------------------------------
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.log_manager.checkpoint_high_watermarks()
+
+    def shutdown(self) -> None:
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()

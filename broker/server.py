@@ -1,0 +1,194 @@
+"""The broker process: wires logs, ZooKeeper, the controller, the replica manager and the
+Reactor pipeline together, in Kafka's start-up order (SPEC 1, 4, 5; seed 000 "Broker启动过程").
+
+Start-up: load and recover the logs; connect to ZooKeeper; start the request pipeline;
+register ``/brokers/ids/<id>`` (which fires the controller's broker-change watch); become a
+controller candidate. Shutdown runs the other way and leaves a clean-shutdown marker so the
+next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.apis import KafkaApis
+from broker.config import BrokerConfig
+from broker.log import LogManager
+from broker.metadata_cache import MetadataCache
+from broker.network import NetworkConfig, Request, SocketServer
+from broker.replica.fetcher import ReplicaFetcherManager
+from broker.replica.replica_manager import ReplicaManager
+from broker.state_change_log import StateChangeLog
+from controller import zk as zkpaths
+from controller.controller import ControllerConfig, KafkaController
+from controller.zk import ZkBridge
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_PATH = "/cluster/id"
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BrokerServer:
+    def __init__(
+        self, config: BrokerConfig, time_ms: Callable[[], int] = wall_clock_ms, rng: random.Random | None = None
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.time_ms = time_ms
+        self.rng = rng or random.Random()
+        self.cluster_id: str | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._session_lost = False
+        self.port: int | None = None
+
+    # -- start-up ----------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        cfg = self.config
+        state_change_path = Path(cfg["state.change.log.file"] or cfg.log_dirs[0].parent / "state-change.log")
+        self.state_change_log = StateChangeLog(state_change_path, self.broker_id, self.time_ms)
+
+        self.log_manager = LogManager(cfg.log_dirs, cfg.log_config(), self.time_ms)
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.load_logs)
+
+        self.zk = ZkBridge(cfg["zookeeper.connect"], session_timeout_ms=cfg["zookeeper.session.timeout.ms"])
+        await self.zk.start(timeout=cfg["zookeeper.connection.timeout.ms"] / 1000)
+        self.zk.add_state_listener(self._on_zk_state)
+        self.cluster_id = await self._get_or_create_cluster_id()
+
+        self.metadata_cache = MetadataCache(self.broker_id)
+        self.replica_manager = ReplicaManager(
+            cfg, self.log_manager, self.metadata_cache, self.time_ms, self.state_change_log, self._topic_config
+        )
+        self.replica_manager.fetchers = ReplicaFetcherManager(self.replica_manager)
+        self.controller = KafkaController(
+            self.broker_id,
+            self.zk,
+            ControllerConfig(
+                unclean_leader_election_enable=cfg["unclean.leader.election.enable"],
+                auto_leader_rebalance_enable=cfg["auto.leader.rebalance.enable"],
+                leader_imbalance_check_interval_seconds=cfg["leader.imbalance.check.interval.seconds"],
+                leader_imbalance_per_broker_percentage=cfg["leader.imbalance.per.broker.percentage"],
+                delete_topic_enable=cfg["delete.topic.enable"],
+                controller_socket_timeout_ms=cfg["controller.socket.timeout.ms"],
+            ),
+            self.time_ms,
+            self.rng,
+            self.state_change_log,
+        )
+        self.apis = KafkaApis(
+            cfg, self.replica_manager, self.metadata_cache, self.controller, self.zk, lambda: self.cluster_id, self.rng
+        )
+        self.socket_server = SocketServer(
+            NetworkConfig(
+                host=cfg.listener_host,
+                port=cfg.listener_port,
+                num_network_threads=cfg["num.network.threads"],
+                num_io_threads=cfg["num.io.threads"],
+                queued_max_requests=cfg["queued.max.requests"],
+                socket_request_max_bytes=cfg["socket.request.max.bytes"],
+                max_connections=cfg["max.connections"],
+                connections_max_idle_ms=cfg["connections.max.idle.ms"],
+            ),
+            self._handle,
+        )
+        await self.socket_server.start()
+        self.port = self.socket_server.port
+        await self._register()
+        await self.controller.startup()
+        self._start_periodic_tasks()
+        log.info("[KafkaServer id=%d] started on %s:%d", self.broker_id, cfg.listener_host, self.port)
+
+    async def _handle(self, request: Request) -> None:
+        await self.apis.handle(request)
+
+    async def _register(self) -> None:
+        advertised_port = self.config.advertised_port or self.port
+        if self.config.advertised_port == self.config.listener_port:
+            advertised_port = self.port
+        await zkpaths.register_broker(self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms)
+
+    async def _get_or_create_cluster_id(self) -> str:
+        existing = await self.zk.get(CLUSTER_ID_PATH)
+        if existing is None:
+            candidate = uuid.uuid4().hex[:22]
+            with contextlib.suppress(Exception):  # another broker may win the race: read theirs
+                await self.zk.create(
+                    CLUSTER_ID_PATH, json.dumps({"version": "1", "id": candidate}).encode(), makepath=True
+                )
+            existing = await self.zk.get(CLUSTER_ID_PATH)
+        return json.loads(existing[0])["id"]
+
+    async def _topic_config(self, topic: str) -> dict[str, str]:
+        found = await self.zk.get(f"/config/topics/{topic}")
+        if found is None:
+            return {}
+        return {str(k): str(v) for k, v in json.loads(found[0]).get("config", {}).items()}
+
+    # -- ZooKeeper session (SPEC 4: re-register after the session expires) ----------------------------
+    def _on_zk_state(self, state: str) -> None:
+        if state == "LOST":
+            self._session_lost = True
+            log.warning("[KafkaServer id=%d] ZooKeeper session lost; will re-register", self.broker_id)
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            self._tasks.append(asyncio.get_running_loop().create_task(self._register()))
+
+    # -- periodic duties ----------------------------------------------------------------------------
+    def _start_periodic_tasks(self) -> None:
+        cfg = self.config
+        schedule = [
+            ("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
+             self.log_manager.checkpoint_high_watermarks),
+            ("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
+             self.log_manager.checkpoint_recovery_points),
+            ("log-start-offset-checkpoint", cfg["log.flush.start.offset.checkpoint.interval.ms"],
+             self.log_manager.checkpoint_log_start_offsets),
+            ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
+            ("log-flusher", min(cfg["log.flush.scheduler.interval.ms"], 3_600_000), self.log_manager.flush_dirty_logs),
+            ("purgatory-purge", 10_000, self._purge_purgatories),
+        ]
+        loop = asyncio.get_running_loop()
+        for name, interval_ms, job in schedule:
+            if interval_ms > 0:
+                self._tasks.append(loop.create_task(self._every(name, interval_ms, job), name=name))
+
+    def _purge_purgatories(self) -> None:
+        self.replica_manager.produce_purgatory.purge_completed()
+        self.replica_manager.fetch_purgatory.purge_completed()
+
+    async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                job()
+            except Exception:
+                log.exception("periodic task %s failed", name)
+
+    # -- shutdown ------------------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.socket_server.stop()
+        await self.controller.shutdown()
+        await self.replica_manager.fetchers.shutdown()
+        self.replica_manager.shutdown()
+        await self.zk.close()
+        self.log_manager.shutdown()
+        self.state_change_log.close()
+        log.info("[KafkaServer id=%d] shut down completed", self.broker_id)

@@ -1,0 +1,33 @@
+"""The per-broker state-change.log (SPEC 9; seed 000 "State Change Log Merge Tool").
+
+One JSON object per line for every LeaderAndIsr / UpdateMetadata / StopReplica received and
+every controller decision, each stamped with the broker id and wall-clock milliseconds so the
+CLI can merge the files of all brokers by time, topic and partition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+
+class StateChangeLog:
+    def __init__(self, path: Path, broker_id: int, time_ms: Callable[[], int]) -> None:
+        self.path = path
+        self.broker_id = broker_id
+        self.time_ms = time_ms
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered, lives with the broker
+
+    def __call__(self, entry: dict) -> None:
+        if self._file is None:
+            return
+        record = {"time_ms": self.time_ms(), "broker": self.broker_id, **entry}
+        self._file.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

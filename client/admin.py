@@ -1,0 +1,287 @@
+"""The admin client (SPEC 6): create, delete, list and describe topics; describe the cluster.
+
+CreateTopics and DeleteTopics go to the controller, as in ZooKeeper-era Kafka: the admin finds
+it in metadata and, on NOT_CONTROLLER (the controller moved) or a lost connection, refreshes
+metadata and sends the remaining topics again until ``timeout_ms`` runs out. After a successful
+create it waits (best effort, within the same timeout) until metadata shows a leader for every
+new partition, so a describe or produce right after sees the topic. Describe and list read a
+Metadata response from any broker.
+
+Results per topic are ``None`` (success) or a :class:`KafkaError` whose message carries the
+broker's ``error_message`` (``INVALID_REPLICATION_FACTOR: create topic 't' failed: ...``).
+Adding partitions, configs, reassignments and leader elections are not here yet: api.py has no
+request schemas for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from client.metadata import Cluster
+from client.protocol.api import ApiKey
+from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
+from client.types import BrokerInfo, ClusterDescription, NewTopic, PartitionDescription, TopicDescription
+
+log = logging.getLogger(__name__)
+
+#: Per-topic codes after which the admin asks metadata for the controller again and retries.
+_RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
+
+
+class AdminClient:
+    def __init__(
+        self, bootstrap_servers, client_id: str = "floodmark-admin", request_timeout_ms: int = 30000, **kwargs
+    ) -> None:
+        retry_backoff_ms = kwargs.pop("retry_backoff_ms", 100)
+        if kwargs:
+            raise ValueError(f"unknown admin option(s): {', '.join(sorted(kwargs))}")
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._cluster = Cluster(
+            bootstrap_servers,
+            client_id,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._started = False
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    async def start(self) -> None:
+        if not self._started:
+            await self._cluster.start()
+            self._started = True
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def __aenter__(self) -> AdminClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    # -- topics -----------------------------------------------------------------------------------
+    async def create_topics(
+        self, topics: list[NewTopic], timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        entries = {}
+        for topic in topics:
+            if not isinstance(topic, NewTopic):
+                raise TypeError(f"create_topics takes NewTopic objects, got {topic!r}")
+            entries[topic.name] = {
+                "name": topic.name,
+                "num_partitions": topic.num_partitions,
+                "replication_factor": topic.replication_factor,
+                "assignments": [],
+                "configs": {str(k): str(v) for k, v in topic.configs.items()},
+            }
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        results = await self._to_controller(
+            ApiKey.CREATE_TOPICS,
+            entries,
+            lambda items, remaining: {
+                "topics": items,
+                "timeout_ms": remaining,
+                "validate_only": validate_only,
+            },
+            "create topic",
+            deadline,
+        )
+        created = [name for name, error in results.items() if error is None]
+        if created and not validate_only:
+            await self._await_leaders(created, deadline)
+        return results
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+        timeout_ms: int = 30000,
+    ) -> None:
+        results = await self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))], timeout_ms
+        )
+        error = results[name]
+        if error is not None:
+            raise error
+
+    async def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
+        loop = asyncio.get_running_loop()
+        return await self._to_controller(
+            ApiKey.DELETE_TOPICS,
+            {name: name for name in names},
+            lambda items, remaining: {"topics": items, "timeout_ms": remaining},
+            "delete topic",
+            loop.time() + timeout_ms / 1000,
+        )
+
+    async def delete_topic(self, name: str, timeout_ms: int = 30000) -> None:
+        error = (await self.delete_topics([name], timeout_ms))[name]
+        if error is not None:
+            raise error
+
+    async def _to_controller(self, api: ApiKey, entries: dict, make_body, what: str, deadline: float) -> dict:
+        """Send ``entries`` (name -> request item) to the controller, retrying the ones that got
+        NOT_CONTROLLER or lost their connection. Returns name -> None | KafkaError."""
+        loop = asyncio.get_running_loop()
+        results: dict[str, KafkaError | None] = {}
+        pending = dict(entries)
+        last: dict[str, KafkaError] = {}
+        while pending:
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0:
+                for name in pending:
+                    results[name] = last.get(name) or KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT, f"{what} {name!r}: no answer from the controller in time"
+                    )
+                break
+            try:
+                conn = await self._controller_connection()
+                response = await conn.request(
+                    api, make_body(list(pending.values()), remaining_ms), timeout=remaining_ms / 1000 + 5
+                )
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise KafkaError(exc.code, f"{what}: {exc.message}") from None
+                self._cluster.invalidate()
+                for name in pending:
+                    last[name] = KafkaError(exc.code, f"{what} {name!r}: {exc.message}")
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                continue
+            retry = False
+            for item in response["topics"]:
+                name = item["name"]
+                if name not in pending:
+                    continue
+                code = item["error_code"]
+                if code == ErrorCode.NONE:
+                    results[name] = None
+                    del pending[name]
+                    continue
+                message = f"{what} {name!r} failed" + (
+                    f": {item.get('error_message')}" if item.get("error_message") else ""
+                )
+                error = KafkaError(code, message)
+                if code in _RETRY:
+                    last[name] = error
+                    retry = True
+                else:
+                    results[name] = error
+                    del pending[name]
+            missing = [name for name in pending if name not in {i["name"] for i in response["topics"]}]
+            for name in missing:
+                results[name] = KafkaError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, f"{what} {name!r}: not in the response"
+                )
+                del pending[name]
+            if retry:
+                self._cluster.invalidate()
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+        return {name: results[name] for name in entries}
+
+    async def _controller_connection(self):
+        await self._cluster.maybe_refresh([])
+        controller = self._cluster.controller_id
+        if controller < 0 or self._cluster.broker(controller) is None:
+            self._cluster.invalidate()
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is known to the brokers right now")
+        return await self._cluster.connection(controller)
+
+    async def _await_leaders(self, names: list[str], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        waiting = set(names)
+        while waiting:
+            try:
+                body = await self._cluster.request_metadata(sorted(waiting))
+            except KafkaError as exc:
+                log.debug("waiting for new topics' leaders: %s", exc)
+            else:
+                for topic in body["topics"]:
+                    parts = topic["partitions"]
+                    if (
+                        topic["error_code"] == ErrorCode.NONE
+                        and parts
+                        and all(p["leader"] >= 0 for p in parts)
+                    ):
+                        waiting.discard(topic["topic"])
+            if not waiting:
+                return
+            if loop.time() + self.retry_backoff_ms / 1000 > deadline:
+                log.warning("created topic(s) %s but no leader is visible yet", ", ".join(sorted(waiting)))
+                return
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    async def list_topics(self, include_internal: bool = True) -> list[str]:
+        """Every topic name, sorted (``include_internal=False`` drops internal ones)."""
+        body = await self._cluster.request_metadata(None)
+        return sorted(
+            t["topic"]
+            for t in body["topics"]
+            if t["error_code"] == ErrorCode.NONE and (include_internal or not t.get("is_internal"))
+        )
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Descriptions sorted by name (partitions sorted); an unknown name gives a description
+        with ``error_code`` UNKNOWN_TOPIC_OR_PARTITION and no partitions."""
+        wanted = None if names is None else sorted(set(names))
+        body = await self._cluster.request_metadata(wanted)
+        found = {}
+        for t in body["topics"]:
+            partitions = sorted(
+                (
+                    PartitionDescription(
+                        p["partition"],
+                        p["leader"],
+                        p["leader_epoch"],
+                        list(p["replicas"]),
+                        list(p["isr"]),
+                        list(p.get("offline_replicas") or []),
+                    )
+                    for p in t["partitions"]
+                ),
+                key=lambda d: d.partition,
+            )
+            found[t["topic"]] = TopicDescription(
+                t["topic"], partitions, t["error_code"], bool(t.get("is_internal"))
+            )
+        for name in wanted or ():
+            if name not in found:
+                found[name] = TopicDescription(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        return [found[name] for name in sorted(found)]
+
+    async def describe_cluster(self) -> ClusterDescription:
+        body = await self._cluster.request_metadata([])
+        brokers = sorted(
+            (BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack")) for b in body["brokers"]),
+            key=lambda b: b.node_id,
+        )
+        return ClusterDescription(body["cluster_id"], body["controller_id"], brokers)
+
+    async def api_versions(self) -> list[dict]:
+        """ApiVersions from any broker: ``[{api_key, name, min_version, max_version}]``."""
+        conn = await self._cluster.any_connection()
+        try:
+            body = await conn.request(ApiKey.API_VERSIONS, {}, timeout=self.request_timeout_ms / 1000)
+        except KafkaError as exc:
+            if exc.code in RETRIABLE:
+                self._cluster.invalidate()
+            raise
+        if body["error_code"]:
+            raise KafkaError(body["error_code"], f"api versions from {conn.host}:{conn.port} failed")
+        out = []
+        for entry in body["api_keys"]:
+            try:
+                name = ApiKey(entry["api_key"]).name
+            except ValueError:
+                name = f"API_{entry['api_key']}"
+            out.append({**entry, "name": name})
+        return sorted(out, key=lambda e: e["api_key"])

@@ -1,0 +1,188 @@
+"""``floodmark cluster up|status|down|kill|start``: the local cluster runner's commands (SPEC 7, 8).
+
+This group is the operator's composition root: it is the only part of ``client`` that touches
+``chaos`` (lazily, inside each command). Client library code never imports ``chaos``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from client.cli.common import DEFAULT_DATA_DIR, CliError, parse_pairs
+
+data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Directory holding the cluster's state file, ZooKeeper data and broker log dirs.",
+)
+
+
+@contextmanager
+def _runner_errors() -> Iterator[None]:
+    """The runner's failures as CliError: first line is the error, any log tail follows indented."""
+    from chaos.local_cluster import ClusterError
+    from chaos.zookeeper import ZooKeeperUnavailable
+
+    try:
+        yield
+    except (ClusterError, ZooKeeperUnavailable) as exc:
+        first, *rest = str(exc).splitlines() or [exc.__class__.__name__]
+        raise CliError("\n".join([first, *("    " + line for line in rest)])) from None
+
+
+def _echo(message: str) -> None:
+    click.echo(message)
+
+
+@click.group()
+def cluster() -> None:
+    """Run a local ZooKeeper plus brokers as processes (the local runner)."""
+
+
+@cluster.command()
+@click.option(
+    "--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers."
+)
+@data_dir_option
+@click.option("--zookeeper-port", type=click.IntRange(1, 65535), default=2181, show_default=True)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1, 65535),
+    default=9092,
+    show_default=True,
+    help="Broker i listens on base-port + i - 1.",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Broker property for every broker (repeatable).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for registration.",
+)
+def up(
+    brokers: int,
+    data_dir: Path,
+    zookeeper_port: int,
+    base_port: int,
+    configs: tuple[str, ...],
+    timeout: float,
+) -> None:
+    """Start ZooKeeper and N brokers; wait until all are registered and a controller is elected."""
+    from chaos.local_cluster import LocalCluster
+
+    overrides = parse_pairs(configs, "--config")
+    with _runner_errors():
+        runner = LocalCluster(data_dir, progress=_echo)
+        state = runner.up(
+            brokers, zookeeper_port=zookeeper_port, base_port=base_port, overrides=overrides, timeout=timeout
+        )
+    click.echo(f"bootstrap servers: {state.bootstrap}")
+
+
+@cluster.command()
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(data_dir: Path, as_json: bool) -> None:
+    """Show each broker's process, ZooKeeper registration and controller role."""
+    from chaos.local_cluster import LocalCluster
+
+    with _runner_errors():
+        report = LocalCluster.load(data_dir).status()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        for line in format_status(report):
+            click.echo(line)
+
+
+def format_status(report: dict[str, Any]) -> list[str]:
+    zk = report["zookeeper"]
+    zk_health = "up (imok)" if zk["ok"] else ("not answering" if zk["alive"] else "down")
+    controller = report["controller"]
+    lines = [
+        f"cluster in {report['data_dir']}: {report['status']}",
+        f"zookeeper   127.0.0.1:{zk['port']}  pid {zk['pid'] or '-'}  {zk_health}",
+        "controller  "
+        + (
+            f"broker {controller['id']} (epoch {controller['epoch']})"
+            if controller["id"] is not None
+            else "none"
+        ),
+        f"bootstrap   {report['bootstrap']}",
+        "",
+        f"{'broker':<8}{'port':<8}{'pid':<10}{'process':<10}{'registered':<12}controller",
+    ]
+    for b in report["brokers"]:
+        process = (
+            "paused" if b["paused"] else ("running" if b["alive"] else "dead" if b["pid"] else "stopped")
+        )
+        lines.append(
+            f"{b['id']:<8}{b['port']:<8}{b['pid'] or '-':<10}{process:<10}"
+            f"{'yes' if b['registered'] else 'no':<12}{'yes' if b['controller'] else ''}"
+        )
+    return lines
+
+
+@cluster.command()
+@data_dir_option
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=30, show_default=True, help="Seconds before SIGKILL."
+)
+def down(data_dir: Path, timeout: float) -> None:
+    """SIGTERM every broker (SIGKILL after --timeout), stop ZooKeeper; keep the data."""
+    from chaos.local_cluster import LocalCluster
+
+    with _runner_errors():
+        LocalCluster.load(data_dir, progress=_echo).down(timeout=timeout)
+
+
+@cluster.command()
+@click.argument("broker_id", metavar="ID", type=int)
+@data_dir_option
+@click.option(
+    "--signal",
+    "signal_name",
+    type=click.Choice(["KILL", "TERM", "STOP", "CONT"], case_sensitive=False),
+    default="KILL",
+    show_default=True,
+    help="KILL: crash; TERM: controlled shutdown; STOP/CONT: pause and resume.",
+)
+def kill(broker_id: int, data_dir: Path, signal_name: str) -> None:
+    """Send a signal to broker ID."""
+    from chaos.local_cluster import LocalCluster
+
+    with _runner_errors():
+        LocalCluster.load(data_dir, progress=_echo).kill(broker_id, signal_name.upper())
+
+
+@cluster.command()
+@click.argument("broker_id", metavar="ID", type=int)
+@data_dir_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds to wait for registration.",
+)
+def start(broker_id: int, data_dir: Path, timeout: float) -> None:
+    """Restart a stopped or killed broker with its config and data."""
+    from chaos.local_cluster import LocalCluster
+
+    with _runner_errors():
+        LocalCluster.load(data_dir, progress=_echo).start(broker_id, timeout=timeout)

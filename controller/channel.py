@@ -1,0 +1,362 @@
+"""The controller's requests to brokers: LeaderAndIsr, UpdateMetadata, StopReplica (SPEC 4, seed 000
+"Broker Failover" step 4: "Controller可以在一个RPC操作中发送多个命令从而提高效率").
+
+* :class:`ControllerChannelManager` (Kafka's ControllerChannelManager): per live broker, one
+  :class:`~client.connection.BrokerConnection`, one queue and one sender task. Requests to a
+  broker leave in order, one at a time; on connection loss or timeout the sender reconnects and
+  resends the same request with backoff, until the broker is removed (it died) or the
+  controller resigns.
+* :class:`ControllerBrokerRequestBatch`: the state machines add partition states to it while an
+  event is processed; at the end of the event it sends one request of each kind per broker,
+  with bodies exactly as client/protocol/api.py defines them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from client.connection import BrokerConnection
+from client.protocol.api import ApiKey, InvalidBody
+from client.protocol.errors import ErrorCode, KafkaError, error_name
+from controller.context import ControllerContext
+from controller.zk import LEADER_DURING_DELETE, BrokerInfo, LeaderIsrAndControllerEpoch, TopicPartition
+
+log = logging.getLogger(__name__)
+
+ResponseCallback = Callable[[int, dict], None]  # (broker id, response body)
+
+#: Failures after which the same request is sent again on a new connection.
+_RESEND = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+
+
+@dataclass
+class _Request:
+    api_key: ApiKey
+    body: dict
+    callback: ResponseCallback | None
+
+
+class _BrokerSender:
+    """Kafka's RequestSendThread for one broker, as a task."""
+
+    def __init__(
+        self,
+        controller_id: int,
+        broker: BrokerInfo,
+        request_timeout_s: float,
+        rng: random.Random,
+        backoff_initial_s: float,
+        backoff_max_s: float,
+    ) -> None:
+        self.controller_id = controller_id
+        self.broker = broker
+        self.request_timeout_s = request_timeout_s
+        self.rng = rng
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self.connection: BrokerConnection | None = None
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"controller-to-broker-{broker.id}"
+        )
+
+    async def _run(self) -> None:
+        while True:
+            request = await self.queue.get()
+            response = await self._send_until_answered(request)
+            if response is not None and request.callback is not None:
+                try:
+                    request.callback(self.broker.id, response)
+                except Exception:
+                    log.exception("callback for %s to broker %s failed", request.api_key.name, self.broker.id)
+
+    async def _send_until_answered(self, request: _Request) -> dict | None:
+        backoff = self.backoff_initial_s
+        failures = 0
+        while True:
+            try:
+                if self.connection is None or not self.connection.is_open:
+                    self.connection = await BrokerConnection.open(
+                        self.broker.host,
+                        self.broker.port,
+                        client_id=f"controller-{self.controller_id}",
+                        timeout=self.request_timeout_s,
+                    )
+                response = await self.connection.request(
+                    request.api_key, request.body, self.request_timeout_s
+                )
+            except KafkaError as exc:
+                if exc.code not in _RESEND:
+                    log.error("broker %s refused %s: %s", self.broker.id, request.api_key.name, exc)
+                    return None
+                failures += 1
+                self._drop_connection()
+                level = logging.WARNING if failures == 1 else logging.DEBUG
+                log.log(
+                    level, "%s to broker %s failed (%s); retrying", request.api_key.name, self.broker.id, exc
+                )
+            except (InvalidBody, OSError) as exc:
+                log.error("bad %s exchange with broker %s: %s", request.api_key.name, self.broker.id, exc)
+                self._drop_connection()
+                return None
+            else:
+                if failures > 1:
+                    log.info("broker %s reachable again after %d failed attempts", self.broker.id, failures)
+                return response
+            await asyncio.sleep(backoff * (0.8 + 0.4 * self.rng.random()))
+            backoff = min(backoff * 2, self.backoff_max_s)
+
+    def _drop_connection(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self._drop_connection()
+
+
+class ControllerChannelManager:
+    """Connections from the active controller to every live broker (itself included)."""
+
+    def __init__(
+        self,
+        controller_id: int,
+        request_timeout_s: float,
+        rng: random.Random,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+    ) -> None:
+        self.controller_id = controller_id
+        self.request_timeout_s = request_timeout_s
+        self.rng = rng
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._senders: dict[int, _BrokerSender] = {}
+        self._stopping: set[asyncio.Task] = set()
+
+    @property
+    def broker_ids(self) -> set[int]:
+        return set(self._senders)
+
+    def add_broker(self, broker: BrokerInfo) -> None:
+        existing = self._senders.get(broker.id)
+        if existing is not None:
+            if existing.broker == broker:
+                return
+            self.remove_broker(broker.id)  # it re-registered, perhaps at another address
+        self._senders[broker.id] = _BrokerSender(
+            self.controller_id,
+            broker,
+            self.request_timeout_s,
+            self.rng,
+            self.backoff_initial_s,
+            self.backoff_max_s,
+        )
+
+    def remove_broker(self, broker_id: int) -> None:
+        """Stop sending to a broker; what is queued for it is dropped (it is gone)."""
+        sender = self._senders.pop(broker_id, None)
+        if sender is not None:
+            task = asyncio.get_running_loop().create_task(sender.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    def send(
+        self, broker_id: int, api_key: ApiKey, body: dict, callback: ResponseCallback | None = None
+    ) -> bool:
+        sender = self._senders.get(broker_id)
+        if sender is None:
+            log.debug("not sending %s to broker %s: not live", api_key.name, broker_id)
+            return False
+        sender.queue.put_nowait(_Request(api_key, body, callback))
+        return True
+
+    def queued(self, broker_id: int) -> int:
+        sender = self._senders.get(broker_id)
+        return 0 if sender is None else sender.queue.qsize()
+
+    async def shutdown(self) -> None:
+        senders, self._senders = list(self._senders.values()), {}
+        await asyncio.gather(*(s.stop() for s in senders), *list(self._stopping), return_exceptions=True)
+
+
+@dataclass
+class _LeaderAndIsrEntry:
+    state: LeaderIsrAndControllerEpoch
+    replicas: list[int]
+    is_new: bool
+
+
+class ControllerBrokerRequestBatch:
+    """Collects what each broker must be told during one event; :meth:`send` sends it, one
+    LeaderAndIsr, one UpdateMetadata and one StopReplica (per delete flag) per broker, in that order."""
+
+    def __init__(
+        self,
+        controller_id: int,
+        context: ControllerContext,
+        send: Callable[[int, ApiKey, dict, ResponseCallback | None], object],
+    ) -> None:
+        self.controller_id = controller_id
+        self.context = context
+        self._send = send
+        self.leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = {}
+        self.update_metadata: dict[int, set[TopicPartition]] = {}
+        self.stop_replica: dict[tuple[int, bool], dict[TopicPartition, None]] = {}
+        self.stop_replica_callbacks: dict[tuple[int, bool], ResponseCallback] = {}
+
+    def is_empty(self) -> bool:
+        return not (self.leader_and_isr or self.update_metadata or self.stop_replica)
+
+    def clear(self) -> None:
+        self.leader_and_isr.clear()
+        self.update_metadata.clear()
+        self.stop_replica.clear()
+        self.stop_replica_callbacks.clear()
+
+    def new_batch(self) -> None:
+        if not self.is_empty():
+            log.warning("controller request batch was not empty at the start of an event; discarding it")
+            self.clear()
+
+    # -- adding ----------------------------------------------------------------------------------
+    def add_leader_and_isr(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        state: LeaderIsrAndControllerEpoch,
+        replicas: Sequence[int],
+        is_new: bool = False,
+    ) -> None:
+        """Tell ``broker_ids`` the partition's leadership; every live broker also gets it in UpdateMetadata."""
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            per_broker = self.leader_and_isr.setdefault(broker_id, {})
+            previous = per_broker.get(tp)
+            per_broker[tp] = _LeaderAndIsrEntry(
+                state, list(replicas), is_new or (previous is not None and previous.is_new)
+            )
+        self.add_update_metadata(self.context.live_or_shutting_down_broker_ids, [tp])
+
+    def add_update_metadata(self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
+        """Send ``partitions``' current state to ``broker_ids`` (an empty ``partitions`` still sends
+        the live broker list)."""
+        partitions = list(partitions)
+        for broker_id in broker_ids:
+            self.update_metadata.setdefault(broker_id, set()).update(partitions)
+
+    def add_stop_replica(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        delete_partition: bool,
+        callback: ResponseCallback | None = None,
+    ) -> None:
+        for broker_id in broker_ids:
+            key = (broker_id, delete_partition)
+            self.stop_replica.setdefault(key, {})[tp] = None
+            if callback is not None:
+                self.stop_replica_callbacks[key] = callback
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, controller_epoch: int) -> None:
+        try:
+            for broker_id, entries in sorted(self.leader_and_isr.items()):
+                self._send(
+                    broker_id,
+                    ApiKey.LEADER_AND_ISR,
+                    self.leader_and_isr_body(controller_epoch, entries),
+                    _log_errors,
+                )
+            for broker_id, partitions in sorted(self.update_metadata.items()):
+                self._send(
+                    broker_id,
+                    ApiKey.UPDATE_METADATA,
+                    self.update_metadata_body(controller_epoch, partitions),
+                    _log_errors,
+                )
+            for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
+                body = {
+                    "controller_id": self.controller_id,
+                    "controller_epoch": controller_epoch,
+                    "delete_partitions": delete,
+                    "partitions": [
+                        {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
+                    ],
+                }
+                callback = self.stop_replica_callbacks.get((broker_id, delete), _log_errors)
+                self._send(broker_id, ApiKey.STOP_REPLICA, body, callback)
+        finally:
+            self.clear()
+
+    def _partition_state(
+        self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, replicas: Sequence[int]
+    ) -> dict:
+        lai = state.leader_and_isr
+        return {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "controller_epoch": state.controller_epoch,
+            "leader": lai.leader,
+            "leader_epoch": lai.leader_epoch,
+            "isr": list(lai.isr),
+            "zk_version": lai.zk_version,
+            "replicas": list(replicas),
+            "offline_replicas": [r for r in replicas if r not in self.context.live_brokers],
+        }
+
+    def leader_and_isr_body(
+        self, controller_epoch: int, entries: dict[TopicPartition, _LeaderAndIsrEntry]
+    ) -> dict:
+        leader_ids = {e.state.leader_and_isr.leader for e in entries.values()}
+        return {
+            "controller_id": self.controller_id,
+            "controller_epoch": controller_epoch,
+            "partition_states": [
+                {**self._partition_state(tp, e.state, e.replicas), "is_new": e.is_new}
+                for tp, e in sorted(entries.items())
+            ],
+            "live_leaders": [
+                b.endpoint() for b_id, b in sorted(self.context.live_brokers.items()) if b_id in leader_ids
+            ],
+        }
+
+    def update_metadata_body(self, controller_epoch: int, partitions: Iterable[TopicPartition]) -> dict:
+        states = []
+        for tp in sorted(partitions):
+            state = self.context.partition_leadership.get(tp)
+            if state is None:
+                continue
+            partition_state = self._partition_state(tp, state, self.context.replicas(tp))
+            if self.context.is_topic_queued_for_deletion(tp.topic):
+                partition_state["leader"] = LEADER_DURING_DELETE
+            states.append(partition_state)
+        return {
+            "controller_id": self.controller_id,
+            "controller_epoch": controller_epoch,
+            "partition_states": states,
+            "live_brokers": [b.endpoint() for _, b in sorted(self.context.live_brokers.items())],
+        }
+
+
+def _log_errors(broker_id: int, response: dict) -> None:
+    if response.get("error_code"):
+        log.warning("broker %s answered %s", broker_id, error_name(response["error_code"]))
+    for p in response.get("partitions", []):
+        if p.get("error_code"):
+            log.info(
+                "broker %s: %s-%s %s",
+                broker_id,
+                p.get("topic"),
+                p.get("partition"),
+                error_name(p["error_code"]),
+            )

@@ -1,0 +1,143 @@
+"""The controller's in-memory view of the cluster (Kafka's ControllerContext; seed 000 "Controller
+Failover" step 7: "初始化ControllerContext对象,设置当前所有Topic,“活”着的Broker列表,所有Partition的Leader及ISR等").
+
+Filled from ZooKeeper when this broker becomes controller, then kept current by the event
+handlers, which are its only writers (one event at a time, SPEC 4). It holds no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from controller.zk import (
+    INITIAL_CONTROLLER_EPOCH,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    PartitionReplica,
+    TopicPartition,
+)
+
+
+@dataclass
+class ControllerContext:
+    epoch: int = INITIAL_CONTROLLER_EPOCH
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    shutting_down_broker_ids: set[int] = field(default_factory=set)
+    #: topic -> partition -> assigned replicas (AR); the first is the preferred replica
+    assignments: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    partition_leadership: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    topics_to_be_deleted: set[str] = field(default_factory=set)
+    topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+
+    def reset(self) -> None:
+        """Forget everything (on resignation); the epoch stays for the logs."""
+        self.live_brokers.clear()
+        self.shutting_down_broker_ids.clear()
+        self.assignments.clear()
+        self.partition_leadership.clear()
+        self.topics_to_be_deleted.clear()
+        self.topics_ineligible_for_deletion.clear()
+
+    # -- brokers ----------------------------------------------------------------------------------
+    @property
+    def live_or_shutting_down_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def live_broker_ids(self) -> set[int]:
+        """Live brokers that are not shutting down: the ones eligible to lead."""
+        return set(self.live_brokers) - self.shutting_down_broker_ids
+
+    def is_replica_online(self, broker_id: int, include_shutting_down: bool = False) -> bool:
+        if include_shutting_down:
+            return broker_id in self.live_brokers
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+
+    # -- topics and partitions ----------------------------------------------------------------------
+    @property
+    def all_topics(self) -> set[str]:
+        return set(self.assignments)
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, parts in sorted(self.assignments.items()) for p in sorted(parts)]
+
+    def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
+
+    def replicas(self, tp: TopicPartition) -> list[int]:
+        return list(self.assignments.get(tp.topic, {}).get(tp.partition, []))
+
+    def set_replicas(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
+        self.assignments.setdefault(tp.topic, {})[tp.partition] = list(replicas)
+
+    def live_replicas(self, tp: TopicPartition, include_shutting_down: bool = False) -> list[int]:
+        return [r for r in self.replicas(tp) if self.is_replica_online(r, include_shutting_down)]
+
+    def offline_replicas(self, tp: TopicPartition) -> list[int]:
+        return [r for r in self.replicas(tp) if r not in self.live_brokers]
+
+    def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]
+
+    def replicas_on_brokers(self, broker_ids: Iterable[int]) -> list[PartitionReplica]:
+        ids = set(broker_ids)
+        return [
+            PartitionReplica(tp, r) for tp in self.all_partitions() for r in self.replicas(tp) if r in ids
+        ]
+
+    def replicas_for_partitions(self, partitions: Iterable[TopicPartition]) -> list[PartitionReplica]:
+        return [PartitionReplica(tp, r) for tp in partitions for r in self.replicas(tp)]
+
+    def partitions_led_by(self, broker_id: int) -> list[TopicPartition]:
+        return sorted(
+            tp for tp, s in self.partition_leadership.items() if s.leader_and_isr.leader == broker_id
+        )
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_for_topic(topic):
+            self.partition_leadership.pop(tp, None)
+        self.assignments.pop(topic, None)
+        self.topics_to_be_deleted.discard(topic)
+        self.topics_ineligible_for_deletion.discard(topic)
+
+    def is_topic_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_be_deleted
+
+    # -- metrics (SPEC 9) -------------------------------------------------------------------------
+    def offline_partition_count(self) -> int:
+        return sum(
+            1
+            for tp in self.all_partitions()
+            if not self.is_topic_queued_for_deletion(tp.topic)
+            and (
+                tp not in self.partition_leadership
+                or not self.is_replica_online(self.partition_leadership[tp].leader_and_isr.leader, True)
+            )
+        )
+
+
+@dataclass
+class StateChangeRecorder:
+    """Writes one record per controller decision to the state-change log (SPEC 9): a dict with the
+    time, this controller's id and epoch, the decision, and its details (topic, partition, ...)."""
+
+    controller_id: int
+    context: ControllerContext
+    time_ms: Callable[[], int]
+    sink: Callable[[dict], None]
+
+    def __call__(self, decision: str, **fields: object) -> None:
+        record = {
+            "time_ms": self.time_ms(),
+            "controller_id": self.controller_id,
+            "controller_epoch": self.context.epoch,
+            "decision": decision,
+            **fields,
+        }
+        try:
+            self.sink(record)
+        except Exception:
+            logging.getLogger(__name__).exception("state-change log sink failed")

@@ -1,0 +1,82 @@
+"""Controller election (SPEC 4; seed 004 "kafka Controller leader:主broker的选举"; seed 000 "Controller Failover").
+
+Every broker is a candidate. The winner is whoever creates the ephemeral /controller; in the
+same multi-op it raises /controller_epoch by one, conditional on the version it read, and
+keeps the version it wrote: every later controller write first checks that version
+(:func:`controller.zk.fenced_multi`), so a deposed controller cannot write any more.
+/controller_epoch is created as 0 the first time, so the first controller has epoch 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from controller.zk import (
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    INITIAL_CONTROLLER_EPOCH,
+    CreateOp,
+    SetDataOp,
+    ZkBridge,
+    decode_controller,
+    decode_controller_epoch,
+    encode_controller,
+    encode_controller_epoch,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ElectionWin:
+    epoch: int
+    epoch_zk_version: int
+
+
+async def read_controller_epoch(zk: ZkBridge) -> tuple[int, int]:
+    """(epoch, zkVersion) of /controller_epoch, creating it as 0 when it does not exist yet."""
+    while True:
+        got = await zk.get(CONTROLLER_EPOCH_PATH)
+        if got is not None:
+            return decode_controller_epoch(got[0]), got[1].version
+        with contextlib.suppress(NodeExistsError):  # another candidate may create it first
+            await zk.create(CONTROLLER_EPOCH_PATH, encode_controller_epoch(INITIAL_CONTROLLER_EPOCH))
+
+
+async def try_to_become_controller(zk: ZkBridge, broker_id: int, timestamp_ms: int) -> ElectionWin | None:
+    """Create /controller and increment /controller_epoch atomically. None if another broker won."""
+    for _ in range(3):
+        epoch, version = await read_controller_epoch(zk)
+        try:
+            results = await zk.multi(
+                [
+                    CreateOp(CONTROLLER_PATH, encode_controller(broker_id, timestamp_ms), ephemeral=True),
+                    SetDataOp(CONTROLLER_EPOCH_PATH, encode_controller_epoch(epoch + 1), version),
+                ]
+            )
+        except (NodeExistsError, BadVersionError) as exc:
+            mine = await _our_controller_node(zk, broker_id)
+            if mine:
+                # An earlier attempt of ours went through (a retried request): it is our epoch.
+                epoch, version = await read_controller_epoch(zk)
+                return ElectionWin(epoch, version)
+            if isinstance(exc, BadVersionError) and await zk.exists(CONTROLLER_PATH) is None:
+                continue  # the epoch moved without a controller appearing: read it again
+            return None
+        return ElectionWin(epoch + 1, results[1].version)
+    return None
+
+
+async def _our_controller_node(zk: ZkBridge, broker_id: int) -> bool:
+    got = await zk.get(CONTROLLER_PATH)
+    if got is None:
+        return False
+    data, stat = got
+    try:
+        return decode_controller(data) == broker_id and stat.ephemeralOwner == zk.session_id
+    except (ValueError, KeyError):
+        return False

@@ -1,0 +1,383 @@
+"""The partition state machine (Kafka's PartitionStateMachine; SPEC 4; seeds 000 and 003 "创建topic", "broker failover").
+
+States: NonExistent -> New -> Online <-> Offline (-> NonExistent when a topic is deleted).
+
+* New -> Online initialises a partition (seed 000 "创建Topic" 3.1-3.2): the leader is the first
+  live replica in assignment order, leader epoch 0, the ISR every live assigned replica; the state
+  znode is *created* in a fenced multi-op.
+* Offline/Online -> Online elects a leader with one of the rules of SPEC 4
+  (:mod:`controller.leader_election`): re-read the state znode, decide, write conditionally on its
+  zkVersion in a fenced multi-op, and on BADVERSION read again and decide again (seed 000
+  "Broker Failover" 3.1-3.3).
+
+Whatever is decided is put into the request batch: LeaderAndIsr for the partition's live
+replicas, UpdateMetadata for every live broker. The event handler sends the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from enum import Enum
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from controller import leader_election
+from controller.channel import ControllerBrokerRequestBatch
+from controller.context import ControllerContext, StateChangeRecorder
+from controller.leader_election import ElectionOutcome
+from controller.zk import (
+    NO_LEADER,
+    ControllerMovedError,
+    CreateOp,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    SetDataOp,
+    TopicPartition,
+    ZkBridge,
+    encode_partition_state,
+    fenced_multi,
+    get_partition_state,
+    get_topic_config,
+    partition_path,
+    partition_state_path,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WRITE_ATTEMPTS = 10
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
+
+
+class PartitionState(Enum):
+    NON_EXISTENT = "NonExistentPartition"
+    NEW = "NewPartition"
+    ONLINE = "OnlinePartition"
+    OFFLINE = "OfflinePartition"
+
+
+VALID_PREVIOUS_STATES: dict[PartitionState, frozenset[PartitionState]] = {
+    PartitionState.NEW: frozenset({PartitionState.NON_EXISTENT}),
+    PartitionState.ONLINE: frozenset({PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE}),
+    PartitionState.OFFLINE: frozenset({PartitionState.NEW, PartitionState.ONLINE, PartitionState.OFFLINE}),
+    PartitionState.NON_EXISTENT: frozenset({PartitionState.OFFLINE}),
+}
+
+
+class ElectionStrategy(Enum):
+    OFFLINE = "offline"
+    REASSIGNMENT = "reassignment"
+    PREFERRED = "preferred"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"
+
+
+Compute = Callable[[TopicPartition, LeaderIsrAndControllerEpoch], ElectionOutcome]
+
+
+class PartitionStateMachine:
+    def __init__(
+        self,
+        context: ControllerContext,
+        zk: ZkBridge,
+        batch: ControllerBrokerRequestBatch,
+        record: StateChangeRecorder,
+        unclean_leader_election_enable: bool,
+    ) -> None:
+        self.context = context
+        self.zk = zk
+        self.batch = batch
+        self.record = record
+        self.unclean_default = unclean_leader_election_enable
+        self.states: dict[TopicPartition, PartitionState] = {}
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        return self.states.get(tp, PartitionState.NON_EXISTENT)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def initialize(self) -> None:
+        """From the context: no state znode -> New; a live leader -> Online; else Offline."""
+        self.states.clear()
+        for tp in self.context.all_partitions():
+            leadership = self.context.partition_leadership.get(tp)
+            if leadership is None:
+                self.states[tp] = PartitionState.NEW
+            elif self.context.is_replica_online(leadership.leader_and_isr.leader, include_shutting_down=True):
+                self.states[tp] = PartitionState.ONLINE
+            else:
+                self.states[tp] = PartitionState.OFFLINE
+
+    async def startup(self) -> None:
+        self.initialize()
+        await self.trigger_online_partition_state_change()
+
+    def shutdown(self) -> None:
+        self.states.clear()
+
+    def offline_partitions(self) -> list[TopicPartition]:
+        return sorted(tp for tp, s in self.states.items() if s is PartitionState.OFFLINE)
+
+    async def trigger_online_partition_state_change(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
+        """Try to bring every New or Offline partition (not being deleted) online."""
+        candidates = self.states if partitions is None else partitions
+        todo = [
+            tp
+            for tp in sorted(candidates)
+            if self.state(tp) in (PartitionState.NEW, PartitionState.OFFLINE)
+            and not self.context.is_topic_queued_for_deletion(tp.topic)
+        ]
+        if todo:
+            await self.handle_state_changes(todo, PartitionState.ONLINE, ElectionStrategy.OFFLINE)
+
+    # -- transitions -----------------------------------------------------------------------------
+    async def handle_state_changes(
+        self,
+        partitions: Sequence[TopicPartition],
+        target: PartitionState,
+        strategy: ElectionStrategy | None = None,
+        reassignment_targets: dict[TopicPartition, list[int]] | None = None,
+    ) -> dict[TopicPartition, str]:
+        """Move ``partitions`` to ``target``. Returns the partitions that did not get there, with why."""
+        failed: dict[TopicPartition, str] = {}
+        valid = []
+        for tp in partitions:
+            if self.state(tp) in VALID_PREVIOUS_STATES[target]:
+                valid.append(tp)
+            else:
+                failed[tp] = f"illegal transition {self.state(tp).value} -> {target.value}"
+                log.error("partition %s: %s", tp, failed[tp])
+        if target is PartitionState.ONLINE:
+            new = [tp for tp in valid if self.state(tp) is PartitionState.NEW]
+            others = [tp for tp in valid if self.state(tp) is not PartitionState.NEW]
+            if new:
+                failed.update(await self._initialize_leader_and_isr(new))
+            if others:
+                failed.update(
+                    await self._elect_leaders(
+                        others, strategy or ElectionStrategy.OFFLINE, reassignment_targets or {}
+                    )
+                )
+        else:
+            for tp in valid:
+                self._set_state(tp, target)
+        return failed
+
+    def _set_state(self, tp: TopicPartition, target: PartitionState, **details: object) -> None:
+        previous = self.state(tp)
+        if target is PartitionState.NON_EXISTENT:
+            self.states.pop(tp, None)
+        else:
+            self.states[tp] = target
+        self.record(
+            "partition_state_change",
+            topic=tp.topic,
+            partition=tp.partition,
+            **{"from": previous.value, "to": target.value},
+            **details,
+        )
+
+    async def _initialize_leader_and_isr(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, str]:
+        failed: dict[TopicPartition, str] = {}
+        to_create: dict[TopicPartition, LeaderIsrAndControllerEpoch] = {}
+        for tp in partitions:
+            live = self.context.live_replicas(tp)
+            if not live:
+                failed[tp] = f"no live replica among {self.context.replicas(tp)}; partition stays new"
+                log.error("cannot initialize partition %s: %s", tp, failed[tp])
+                continue
+            to_create[tp] = LeaderIsrAndControllerEpoch(
+                LeaderAndIsr(live[0], 0, tuple(live), 0), self.context.epoch
+            )
+        results = await asyncio.gather(
+            *(self._create_state(tp, s) for tp, s in to_create.items()), return_exceptions=True
+        )
+        moved = None
+        for (tp, state), result in zip(to_create.items(), results, strict=True):
+            if isinstance(result, ControllerMovedError):
+                moved = result
+            elif isinstance(result, NodeExistsError):
+                failed[tp] = "state znode already exists"
+                log.error("cannot initialize partition %s: its state znode already exists", tp)
+            elif isinstance(result, BaseException):
+                failed[tp] = f"{type(result).__name__}: {result}"
+                log.error("cannot initialize partition %s: %s", tp, failed[tp])
+            else:
+                self.context.partition_leadership[tp] = state
+                lai = state.leader_and_isr
+                self._set_state(
+                    tp,
+                    PartitionState.ONLINE,
+                    leader=lai.leader,
+                    leader_epoch=lai.leader_epoch,
+                    isr=list(lai.isr),
+                    zk_version=lai.zk_version,
+                    reason="new partition: first live replica leads, live replicas are the ISR",
+                )
+                self.batch.add_leader_and_isr(lai.isr, tp, state, self.context.replicas(tp), is_new=True)
+        if moved is not None:
+            raise moved
+        return failed
+
+    async def _create_state(self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch) -> None:
+        await self.zk.ensure_path(partition_path(tp.topic, tp.partition))
+        await fenced_multi(
+            self.zk,
+            self.context.epoch_zk_version,
+            [CreateOp(partition_state_path(tp.topic, tp.partition), encode_partition_state(state))],
+        )
+
+    async def _elect_leaders(
+        self,
+        partitions: Sequence[TopicPartition],
+        strategy: ElectionStrategy,
+        reassignment_targets: dict[TopicPartition, list[int]],
+    ) -> dict[TopicPartition, str]:
+        unclean_by_topic: dict[str, bool] = {}
+        if strategy is ElectionStrategy.OFFLINE:
+            unclean_by_topic = await self._unclean_settings({tp.topic for tp in partitions})
+
+        def compute(tp: TopicPartition, current: LeaderIsrAndControllerEpoch) -> ElectionOutcome:
+            lai = current.leader_and_isr
+            assignment = self.context.replicas(tp)
+            if strategy is ElectionStrategy.OFFLINE:
+                return leader_election.elect_offline(
+                    lai,
+                    assignment,
+                    self.context.live_replicas(tp),
+                    unclean_by_topic.get(tp.topic, self.unclean_default),
+                )
+            if strategy is ElectionStrategy.PREFERRED:
+                return leader_election.elect_preferred(lai, assignment, self.context.live_replicas(tp))
+            if strategy is ElectionStrategy.REASSIGNMENT:
+                targets = reassignment_targets.get(tp, assignment)
+                return leader_election.elect_for_reassignment(lai, targets, self.context.live_replicas(tp))
+            return leader_election.elect_for_controlled_shutdown(
+                lai,
+                assignment,
+                self.context.live_replicas(tp, include_shutting_down=True),
+                self.context.shutting_down_broker_ids,
+            )
+
+        written, unchanged, failed = await self.update_leader_and_isr(partitions, compute)
+        for tp, (state, outcome) in written.items():
+            lai = state.leader_and_isr
+            target = PartitionState.ONLINE if lai.leader != NO_LEADER else PartitionState.OFFLINE
+            if outcome.unclean:
+                log.warning(
+                    "UNCLEAN leader election for %s: broker %s leads with ISR %s although it was not in the ISR; "
+                    "committed records may be lost",
+                    tp,
+                    lai.leader,
+                    list(lai.isr),
+                )
+            self._set_state(
+                tp,
+                target,
+                leader=lai.leader,
+                leader_epoch=lai.leader_epoch,
+                isr=list(lai.isr),
+                zk_version=lai.zk_version,
+                election=strategy.value,
+                unclean=outcome.unclean,
+                reason=outcome.reason,
+            )
+            self.batch.add_leader_and_isr(
+                self.context.live_replicas(tp, include_shutting_down=True),
+                tp,
+                state,
+                self.context.replicas(tp),
+            )
+            if target is PartitionState.OFFLINE:
+                failed[tp] = outcome.reason
+        for tp, outcome in unchanged.items():
+            failed[tp] = outcome.reason
+            log.info("no leader elected for %s (%s): %s", tp, strategy.value, outcome.reason)
+            self.record(
+                "leader_election_failed",
+                topic=tp.topic,
+                partition=tp.partition,
+                election=strategy.value,
+                reason=outcome.reason,
+            )
+        return failed
+
+    async def _unclean_settings(self, topics: set[str]) -> dict[str, bool]:
+        """Per-topic unclean.leader.election.enable overrides (/config/topics/<t>)."""
+        configs = await asyncio.gather(*(get_topic_config(self.zk, t) for t in sorted(topics)))
+        settings = {}
+        for topic, config in zip(sorted(topics), configs, strict=True):
+            if UNCLEAN_CONFIG in config:
+                settings[topic] = str(config[UNCLEAN_CONFIG]).strip().lower() == "true"
+        return settings
+
+    # -- the fenced read-decide-write loop ---------------------------------------------------------
+    async def update_leader_and_isr(
+        self, partitions: Sequence[TopicPartition], compute: Compute
+    ) -> tuple[
+        dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, ElectionOutcome]],
+        dict[TopicPartition, ElectionOutcome],
+        dict[TopicPartition, str],
+    ]:
+        """For each partition: read its state znode, ``compute`` the new LeaderAndIsr, write it
+        conditionally on the zkVersion (fenced by the controller epoch); on BADVERSION, again.
+
+        Returns (written: new state and outcome, unchanged: outcome with nothing to write,
+        failed: reason). Written states are already in the context. Raises ControllerMovedError.
+        """
+        written: dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, ElectionOutcome]] = {}
+        unchanged: dict[TopicPartition, ElectionOutcome] = {}
+        failed: dict[TopicPartition, str] = {}
+        remaining = list(partitions)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if not remaining:
+                break
+            current = await asyncio.gather(*(get_partition_state(self.zk, tp) for tp in remaining))
+            writes: dict[TopicPartition, tuple[LeaderAndIsr, ElectionOutcome]] = {}
+            for tp, state in zip(remaining, current, strict=True):
+                if state is None:
+                    failed[tp] = "state znode does not exist"
+                    continue
+                if state.controller_epoch > self.context.epoch:
+                    failed[tp] = f"state written by a newer controller (epoch {state.controller_epoch})"
+                    continue
+                self.context.partition_leadership[tp] = state
+                outcome = compute(tp, state)
+                if outcome.leader_and_isr is None:
+                    unchanged[tp] = outcome
+                else:
+                    writes[tp] = (outcome.leader_and_isr, outcome)
+            results = await asyncio.gather(
+                *(self._write_state(tp, lai) for tp, (lai, _) in writes.items()), return_exceptions=True
+            )
+            remaining = []
+            for (tp, (_, outcome)), result in zip(writes.items(), results, strict=True):
+                if isinstance(result, ControllerMovedError):
+                    raise result
+                if isinstance(result, BadVersionError):
+                    remaining.append(tp)
+                elif isinstance(result, NoNodeError):
+                    failed[tp] = "state znode does not exist"
+                elif isinstance(result, BaseException):
+                    failed[tp] = f"{type(result).__name__}: {result}"
+                else:
+                    state = LeaderIsrAndControllerEpoch(result, self.context.epoch)
+                    self.context.partition_leadership[tp] = state
+                    written[tp] = (state, outcome)
+        for tp in remaining:
+            failed[tp] = f"state znode kept changing (BADVERSION {MAX_WRITE_ATTEMPTS} times)"
+        for tp, reason in failed.items():
+            if tp not in unchanged:
+                log.error("cannot update leader and ISR of %s: %s", tp, reason)
+        return written, unchanged, failed
+
+    async def _write_state(self, tp: TopicPartition, lai: LeaderAndIsr) -> LeaderAndIsr:
+        data = encode_partition_state(LeaderIsrAndControllerEpoch(lai, self.context.epoch))
+        path = partition_state_path(tp.topic, tp.partition)
+        (stat,) = await fenced_multi(
+            self.zk, self.context.epoch_zk_version, [SetDataOp(path, data, lai.zk_version)]
+        )
+        return lai.with_zk_version(stat.version)

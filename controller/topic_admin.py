@@ -1,0 +1,228 @@
+"""Topic administration through ZooKeeper, usable from any broker (Kafka's AdminZkClient; SPEC 3, 4;
+seed 000 "创建/删除Topic", seed 004 "kafka分区的变动处理").
+
+Creating a topic is writing its znodes; the controller's watch on /brokers/topics does the rest
+(leaders, ISRs, LeaderAndIsr). Here:
+
+* :func:`validate_topic_name`: Kafka's ``Topic.validate``;
+* :func:`validate_assignment`: a replica assignment must be 0..n-1, the same replica count for
+  every partition, no broker twice in one partition, only known brokers;
+* :func:`create_topic`: /config/topics/<t> and /brokers/topics/<t> in one multi-op, so a topic
+  never exists without its config and a failed create never overwrites another topic's config;
+* :func:`delete_topic`: marks the topic under /admin/delete_topics, for the controller;
+* :func:`add_partitions`: appends partitions to an existing topic (never removes: seed 004).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+from collections.abc import Collection, Sequence
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from client.protocol.errors import ErrorCode, KafkaError
+from controller import placement
+from controller.zk import (
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONFIG_TOPICS_PATH,
+    DELETE_TOPICS_PATH,
+    CreateOp,
+    SetDataOp,
+    ZkBridge,
+    config_topic_path,
+    decode_topic_assignment,
+    delete_topic_path,
+    encode_topic_assignment,
+    encode_topic_config,
+    topic_path,
+)
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate, with its messages. Raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
+        )
+    if not _LEGAL.fullmatch(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def has_collision(a: str, b: str) -> bool:
+    """'.' and '_' map to the same metric names in Kafka, so topics differing only there collide."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+def validate_assignment(
+    assignment: dict[int, Sequence[int]],
+    live_broker_ids: Collection[int] | None = None,
+    first_partition: int = 0,
+    replication_factor: int | None = None,
+) -> None:
+    """Raises KafkaError(INVALID_REPLICA_ASSIGNMENT) for an assignment Kafka would refuse."""
+    if not assignment:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+    expected = list(range(first_partition, first_partition + len(assignment)))
+    if sorted(assignment) != expected:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partitions should be a consecutive {first_partition}-based integer sequence, got {sorted(assignment)}",
+        )
+    sizes = {len(replicas) for replicas in assignment.values()}
+    if len(sizes) != 1:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions should have the same number of replicas"
+        )
+    if 0 in sizes:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if replication_factor is not None and sizes != {replication_factor}:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Inconsistent replication factor between partitions, partition 0 has {replication_factor}",
+        )
+    for partition, replicas in sorted(assignment.items()):
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Duplicate replica assignment found: partition {partition} -> {list(replicas)}",
+            )
+    if live_broker_ids is not None:
+        unknown = sorted({b for replicas in assignment.values() for b in replicas} - set(live_broker_ids))
+        if unknown:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.",
+            )
+
+
+async def live_broker_ids(zk: ZkBridge) -> list[int]:
+    children = await zk.get_children(BROKER_IDS_PATH) or []
+    return sorted(int(c) for c in children)
+
+
+async def all_topics(zk: ZkBridge) -> list[str]:
+    return sorted(await zk.get_children(BROKER_TOPICS_PATH) or [])
+
+
+async def create_topic(
+    zk: ZkBridge, topic: str, assignment: dict[int, list[int]], configs: dict[str, str] | None = None
+) -> None:
+    """Write /config/topics/<t> {"version":1,"config":{...}} and /brokers/topics/<t> atomically.
+
+    Raises KafkaError: INVALID_TOPIC_EXCEPTION (bad name, collision), TOPIC_ALREADY_EXISTS
+    (present, or marked for deletion), INVALID_REPLICA_ASSIGNMENT. Broker liveness is the
+    caller's to check (pass the ids to :func:`validate_assignment`), as Kafka's admin path does.
+    """
+    validate_topic_name(topic)
+    validate_assignment(assignment)
+    await zk.ensure_path(BROKER_TOPICS_PATH)
+    await zk.ensure_path(CONFIG_TOPICS_PATH)
+    if await zk.exists(topic_path(topic)) is not None:
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic}' already exists.")
+    if await zk.exists(delete_topic_path(topic)) is not None:
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic}' is marked for deletion.")
+    if any(c in topic for c in "._"):
+        colliding = [t for t in await all_topics(zk) if t != topic and has_collision(topic, t)]
+        if colliding:
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{topic}' collides with existing topics: {', '.join(colliding)}",
+            )
+    config_data = encode_topic_config(configs or {})
+    for _ in range(3):
+        stale_config = await zk.exists(config_topic_path(topic))
+        config_op = (
+            CreateOp(config_topic_path(topic), config_data)
+            if stale_config is None
+            else SetDataOp(config_topic_path(topic), config_data, stale_config.version)
+        )
+        try:
+            await zk.multi([config_op, CreateOp(topic_path(topic), encode_topic_assignment(assignment))])
+            return
+        except NodeExistsError as exc:
+            if getattr(exc, "op_index", None) == 1:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic}' already exists.") from None
+        except (BadVersionError, NoNodeError):
+            pass  # the config znode changed under us: look again
+    raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic}' is being created concurrently.")
+
+
+async def create_topic_with_placement(
+    zk: ZkBridge,
+    topic: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: dict[str, str] | None,
+    rng: random.Random,
+) -> dict[int, list[int]]:
+    """Place replicas on the live brokers (seed 004), then :func:`create_topic`. Returns the assignment."""
+    validate_topic_name(topic)
+    assignment = placement.assign_replicas(await live_broker_ids(zk), num_partitions, replication_factor, rng)
+    await create_topic(zk, topic, assignment, configs)
+    return assignment
+
+
+async def delete_topic(zk: ZkBridge, topic: str) -> None:
+    """Mark a topic for deletion; the controller (delete.topic.enable) does the work."""
+    if await zk.exists(topic_path(topic)) is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
+    await zk.ensure_path(DELETE_TOPICS_PATH)
+    with contextlib.suppress(NodeExistsError):  # already marked: deleting twice is deleting once
+        await zk.create(delete_topic_path(topic))
+
+
+async def add_partitions(
+    zk: ZkBridge,
+    topic: str,
+    new_total: int,
+    rng: random.Random,
+    assignment_of_new: dict[int, list[int]] | None = None,
+) -> dict[int, list[int]]:
+    """Grow a topic to ``new_total`` partitions (never shrink). The new partitions are placed
+    continuing the existing layout unless ``assignment_of_new`` is given. Returns the new ones."""
+    got = await zk.get(topic_path(topic))
+    if got is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
+    data, stat = got
+    existing = decode_topic_assignment(data)
+    if new_total <= len(existing):
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Topic currently has {len(existing)} partitions, {new_total} would not be an increase.",
+        )
+    brokers = await live_broker_ids(zk)
+    rf = len(existing[0])
+    if assignment_of_new is None:
+        start = placement.start_index_for_new_partitions(brokers, existing[0])
+        assignment_of_new = placement.assign_replicas(
+            brokers,
+            new_total - len(existing),
+            rf,
+            rng,
+            fixed_start_index=start,
+            start_partition_id=len(existing),
+        )
+    validate_assignment(assignment_of_new, brokers, first_partition=len(existing), replication_factor=rf)
+    try:
+        await zk.set(
+            topic_path(topic), encode_topic_assignment({**existing, **assignment_of_new}), stat.version
+        )
+    except BadVersionError:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Topic '{topic}' changed concurrently."
+        ) from None
+    return assignment_of_new

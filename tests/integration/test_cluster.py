@@ -1,0 +1,191 @@
+"""Issue 2 on a real cluster: ZooKeeper + 3 broker processes + real sockets (SPEC 3-7)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+
+import pytest
+from kazoo.client import KazooClient
+
+from client.admin import AdminClient
+from client.consumer import Consumer
+from client.partitioner import partition_for_key
+from client.producer import Producer
+from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
+from tests.integration.cluster_fixtures import start_cluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("cluster"), brokers=3)
+    yield c
+    c.down()
+
+
+@pytest.fixture(scope="module")
+def zk(cluster):
+    client = KazooClient(cluster.zookeeper_connect)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+
+
+async def create(cluster, name, partitions, rf, configs=None):
+    admin = AdminClient(cluster.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topic(name, partitions, rf, configs or {})
+        return await admin.describe_topics([name])
+    finally:
+        await admin.close()
+
+
+async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
+    (six,) = await create(cluster, "six", 6, 1)
+    (three,) = await create(cluster, "three", 3, 3)
+    assert [p.partition for p in six.partitions] == list(range(6))
+    for p in six.partitions:
+        assert len(p.replicas) == 1 and p.leader == p.replicas[0] and p.leader_epoch == 0 and p.isr == p.replicas
+    for p in three.partitions:
+        assert sorted(p.replicas) == [1, 2, 3] and p.leader == p.replicas[0] and p.leader_epoch == 0
+        assert p.isr == p.replicas
+    # seed 004: the first replicas of consecutive partitions walk the broker list
+    firsts = [p.replicas[0] for p in six.partitions]
+    assert all((b - a) % 3 == 1 for a, b in zip(firsts, firsts[1:]))
+
+    # SPEC 3: exactly these JSON shapes
+    assignment = json.loads(zk.get("/brokers/topics/three")[0])
+    assert assignment == {"version": 1, "partitions": {str(p.partition): p.replicas for p in three.partitions}}
+    for p in three.partitions:
+        data, stat = zk.get(f"/brokers/topics/three/partitions/{p.partition}/state")
+        state = json.loads(data)
+        assert set(state) == {"controller_epoch", "leader", "version", "leader_epoch", "isr"}
+        assert state["leader"] == p.leader and state["leader_epoch"] == 0 and state["isr"] == p.isr
+        assert state["version"] == 1 and state["controller_epoch"] >= 1
+    for broker_id in (1, 2, 3):
+        reg = json.loads(zk.get(f"/brokers/ids/{broker_id}")[0])
+        assert set(reg) == {"version", "host", "port", "timestamp", "endpoints", "jmx_port"}
+        assert reg["host"] == "127.0.0.1" and reg["jmx_port"] == -1 and isinstance(reg["timestamp"], str)
+        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{reg['port']}"]
+        assert zk.get(f"/brokers/ids/{broker_id}")[1].ephemeralOwner != 0
+    controller = json.loads(zk.get("/controller")[0])
+    assert set(controller) == {"version", "brokerid", "timestamp"} and controller["brokerid"] in (1, 2, 3)
+    assert int(zk.get("/controller_epoch")[0]) >= 1
+
+
+async def test_hundred_thousand_keyed_records_round_trip_in_order(cluster):
+    await create(cluster, "keyed", 6, 1)
+    n = 100_000
+    producer = Producer(cluster.bootstrap_servers, acks=1, linger_ms=5, batch_size=65536)
+    await producer.start()
+    futures = []
+    for i in range(n):
+        key = b"k%d" % (i % 997)
+        futures.append(await producer.send("keyed", b"%d" % i, key=key))
+    await producer.flush()
+    metadata = [f.result() for f in futures]
+    await producer.close()
+    for i, md in enumerate(metadata):
+        assert md.partition == partition_for_key(b"k%d" % (i % 997), 6)  # Kafka's murmur2 placement
+
+    consumer = Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest")
+    await consumer.start()
+    consumer.assign([TopicPartition("keyed", p) for p in range(6)])
+    await consumer.seek_to_beginning(*consumer.assignment())
+    seen: dict[int, list[int]] = defaultdict(list)
+    deadline = time.monotonic() + 120
+    total = 0
+    while total < n and time.monotonic() < deadline:
+        for record in await consumer.poll(timeout_ms=1000, max_records=5000):
+            seen[record.partition].append(int(record.value))
+            assert record.offset == len(seen[record.partition]) - 1
+            total += 1
+    await consumer.close()
+    assert total == n
+    # per-partition order = send order
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for i, md in enumerate(metadata):
+        by_partition[md.partition].append(i)
+    assert dict(seen) == dict(by_partition)
+
+
+async def test_replicated_topic_is_readable_from_every_replica_log(cluster):
+    (topic,) = await create(cluster, "replicated", 2, 3)
+    producer = Producer(cluster.bootstrap_servers, acks="all")
+    await producer.start()
+    for i in range(500):
+        await producer.send("replicated", b"v%d" % i, partition=i % 2)
+    await producer.flush()
+    await producer.close()
+    consumer = Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest")
+    await consumer.start()
+    tps = [TopicPartition("replicated", 0), TopicPartition("replicated", 1)]
+    consumer.assign(tps)
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 500 and time.monotonic() < deadline:
+        got += await consumer.poll(timeout_ms=500)
+    await consumer.close()
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(500))
+
+
+async def test_admin_errors_carry_kafka_codes(cluster):
+    admin = AdminClient(cluster.bootstrap_servers)
+    await admin.start()
+    try:
+        with pytest.raises(KafkaError) as too_many:
+            await admin.create_topic("too-many", 1, 4)
+        assert too_many.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+        with pytest.raises(KafkaError) as bad_name:
+            await admin.create_topic("bad/name", 1, 1)
+        assert bad_name.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        await admin.create_topic("dup", 1, 1)
+        with pytest.raises(KafkaError) as dup:
+            await admin.create_topic("dup", 1, 1)
+        assert dup.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        with pytest.raises(KafkaError) as bad_config:
+            await admin.create_topic("cfg", 1, 1, {"segment.byte": "1"})
+        assert bad_config.value.code == ErrorCode.INVALID_CONFIG
+        (unknown,) = await admin.describe_topics(["nope"])
+        assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        await admin.close()
+
+
+async def test_produce_to_unknown_topic_fails_with_kafka_error(cluster):
+    producer = Producer(cluster.bootstrap_servers, acks=1, delivery_timeout_ms=3000, request_timeout_ms=1000)
+    await producer.start()
+    try:
+        with pytest.raises(KafkaError) as err:
+            await producer.send_and_wait("no-such-topic", b"x")
+        assert err.value.name in ("UNKNOWN_TOPIC_OR_PARTITION", "REQUEST_TIMED_OUT")
+    finally:
+        await producer.close()
+
+
+def test_killing_the_controller_elects_another_with_higher_epoch(cluster, zk):
+    old = json.loads(zk.get("/controller")[0])["brokerid"]
+    old_epoch = int(zk.get("/controller_epoch")[0])
+    cluster.kill(old, "KILL")
+    deadline = time.monotonic() + 30
+    new = None
+    while time.monotonic() < deadline:
+        node = zk.exists("/controller")
+        if node is not None:
+            new = json.loads(zk.get("/controller")[0])["brokerid"]
+            if new != old:
+                break
+        time.sleep(0.2)
+    assert new is not None and new != old
+    assert int(zk.get("/controller_epoch")[0]) > old_epoch
+    cluster.start(old)
+    deadline = time.monotonic() + 30
+    while zk.exists(f"/brokers/ids/{old}") is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert zk.exists(f"/brokers/ids/{old}") is not None

@@ -1,0 +1,346 @@
+"""The local cluster runner (SPEC 8, first bullet) and the ``floodmark cluster`` commands (SPEC 7).
+
+Two kinds of test, both with the real ZooKeeper that LocalCluster starts itself:
+
+- ``test_cluster_up_three_brokers``: the real thing, ``floodmark cluster up --brokers 3`` with the
+  real broker processes (``python -m broker``). It fails until the broker package can register
+  in ZooKeeper and elect a controller.
+- ``test_runner_with_stand_in_broker`` and its neighbours: the runner alone, with
+  tests/integration/stand_in_broker.py in place of the broker (it registers itself via kazoo and
+  runs a naive controller election). They check the runner's own job: processes, state file,
+  signals, waits, error messages.
+
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from chaos.local_cluster import ClusterError, LocalCluster, PortInUse, render_properties
+from chaos.zookeeper import free_port
+from client.cli.main import build_cli
+
+pytestmark = pytest.mark.integration
+
+STAND_IN = [sys.executable, str(Path(__file__).with_name("stand_in_broker.py"))]
+SESSION_TIMEOUT_S = 6  # the runner's default zookeeper.session.timeout.ms
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def free_port_range(count: int, attempts: int = 50) -> int:
+    """A base port such that base .. base+count-1 are all free on 127.0.0.1."""
+    for _ in range(attempts):
+        base = free_port()
+        if base + count - 1 > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def invoke(*args: str) -> Any:
+    result = CliRunner().invoke(build_cli(), list(args))
+    assert result.exit_code == 0, f"floodmark {' '.join(args)} failed: {result.output}\n{result.stderr}"
+    return result
+
+
+def cli_status(data_dir: Path) -> dict[str, Any]:
+    return json.loads(invoke("cluster", "status", "--data-dir", str(data_dir), "--json").stdout)
+
+
+def broker(status: dict[str, Any], broker_id: int) -> dict[str, Any]:
+    return next(b for b in status["brokers"] if b["id"] == broker_id)
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir whose cluster, whatever a test left running, is stopped at teardown."""
+    data_dir = tmp_path / "cluster"
+    yield data_dir
+    if (data_dir / "cluster.json").exists():
+        LocalCluster.load(data_dir).down(timeout=5)
+
+
+# -- the real brokers ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_cluster_up_three_brokers(cluster_dir: Path) -> None:
+    """cluster up --brokers 3 with the real broker: registered, controller, status, kill -9, start, down."""
+    zk_port, base = free_port(), free_port_range(3)
+    up = invoke(
+        "cluster", "up", "--brokers", "3", "--data-dir", str(cluster_dir),
+        "--zookeeper-port", str(zk_port), "--base-port", str(base), "--timeout", "90",
+    )  # fmt: skip
+    bootstrap = f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}"
+    assert f"bootstrap servers: {bootstrap}" in up.stdout.splitlines()
+
+    status = cli_status(cluster_dir)
+    assert status["status"] == "running" and status["bootstrap"] == bootstrap
+    assert status["zookeeper"]["ok"] and status["zookeeper"]["port"] == zk_port
+    assert [(b["id"], b["port"], b["alive"], b["registered"]) for b in status["brokers"]] == [
+        (1, base, True, True),
+        (2, base + 1, True, True),
+        (3, base + 2, True, True),
+    ]
+    controller = status["controller"]["id"]
+    assert controller in (1, 2, 3) and status["controller"]["epoch"] >= 1
+    assert [b["controller"] for b in status["brokers"]] == [b["id"] == controller for b in status["brokers"]]
+
+    # kill -9 a broker that is not the controller: dead at once, unregistered after the session timeout
+    victim = next(i for i in (1, 2, 3) if i != controller)
+    old_pid = broker(status, victim)["pid"]
+    invoke("cluster", "kill", str(victim), "--data-dir", str(cluster_dir))
+    assert process_gone(old_pid)
+    assert broker(cli_status(cluster_dir), victim)["alive"] is False
+    wait_for(
+        lambda: not broker(cli_status(cluster_dir), victim)["registered"],
+        SESSION_TIMEOUT_S * 5,
+        f"broker {victim}'s ephemeral registration to expire",
+    )
+
+    # start: back with the same config and data, a new pid
+    invoke("cluster", "start", str(victim), "--data-dir", str(cluster_dir), "--timeout", "60")
+    back = broker(cli_status(cluster_dir), victim)
+    assert back["alive"] and back["registered"] and back["pid"] != old_pid
+
+    # down: every process gone, data kept, state says stopped
+    pids = [b["pid"] for b in cli_status(cluster_dir)["brokers"]] + [status["zookeeper"]["pid"]]
+    invoke("cluster", "down", "--data-dir", str(cluster_dir))
+    assert all(process_gone(pid) for pid in pids)
+    final = cli_status(cluster_dir)
+    assert final["status"] == "stopped" and not final["zookeeper"]["ok"]
+    assert not any(b["alive"] for b in final["brokers"])
+    assert all((cluster_dir / f"broker-{i}" / "data").is_dir() for i in (1, 2, 3))
+
+
+# -- the runner alone, with the stand-in broker --------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
+    """The runner's whole life cycle with tests/integration/stand_in_broker.py as the broker."""
+    zk_port, base = free_port(), free_port_range(3)
+    progress: list[str] = []
+    runner = LocalCluster(cluster_dir, broker_command=STAND_IN, progress=progress.append)
+    state = runner.up(
+        3, zookeeper_port=zk_port, base_port=base, overrides={"num.partitions": "3"}, timeout=60
+    )
+
+    # state file and configs
+    bootstrap = f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}"
+    assert state.bootstrap == runner.bootstrap_servers == bootstrap
+    doc = json.loads((cluster_dir / "cluster.json").read_text())
+    assert doc["status"] == "running" and doc["bootstrap"] == bootstrap
+    assert doc["zookeeper"]["port"] == zk_port and doc["zookeeper"]["data_dir"] == str(
+        cluster_dir / "zookeeper"
+    )
+    assert sorted(doc["brokers"]) == ["1", "2", "3"]
+    for i in (1, 2, 3):
+        entry = doc["brokers"][str(i)]
+        assert entry["port"] == base + i - 1 and entry["pid"] > 0
+        assert entry["config"] == str(cluster_dir / f"broker-{i}" / "server.properties")
+        assert entry["log_dir"] == str(cluster_dir / f"broker-{i}" / "data")
+        props = Path(entry["config"]).read_text().splitlines()
+        assert f"broker.id={i}" in props and f"listeners=PLAINTEXT://127.0.0.1:{base + i - 1}" in props
+        assert f"log.dirs={entry['log_dir']}" in props and f"zookeeper.connect=127.0.0.1:{zk_port}" in props
+        assert "num.partitions=3" in props
+        assert "registered" in (cluster_dir / f"broker-{i}" / "broker.out").read_text()
+    assert any("controller: broker" in line for line in progress)
+
+    # status, through the CLI (a separate LocalCluster loaded from the state file)
+    status = cli_status(cluster_dir)
+    assert status["zookeeper"]["ok"] and status["zookeeper"]["alive"]
+    assert all(b["alive"] and b["registered"] and not b["paused"] for b in status["brokers"])
+    controller = status["controller"]["id"]
+    assert sum(b["controller"] for b in status["brokers"]) == 1 and status["controller"]["epoch"] == 1
+    text = invoke("cluster", "status", "--data-dir", str(cluster_dir)).stdout
+    assert f"broker {controller} (epoch 1)" in text
+
+    # up again: idempotent, nothing restarted
+    again = LocalCluster(cluster_dir).up(3, zookeeper_port=zk_port, base_port=base)
+    assert {i: b.pid for i, b in again.brokers.items()} == {i: b.pid for i, b in state.brokers.items()}
+
+    # kill -9 the controller: dead at once, unregistered after the session timeout, a new controller
+    old_pid = broker(status, controller)["pid"]
+    kill = invoke("cluster", "kill", str(controller), "--data-dir", str(cluster_dir), "--signal", "KILL")
+    assert f"sent SIGKILL to broker {controller} (pid {old_pid})" in kill.stdout
+    assert process_gone(old_pid)
+    assert broker(cli_status(cluster_dir), controller)["alive"] is False
+
+    def unregistered() -> dict[str, Any] | None:
+        status = cli_status(cluster_dir)
+        return None if broker(status, controller)["registered"] else status
+
+    after = wait_for(unregistered, SESSION_TIMEOUT_S * 5, "the killed broker's registration to expire")
+    wait_for(
+        lambda: cli_status(cluster_dir)["controller"]["id"] not in (None, controller), 30, "a new controller"
+    )
+    assert after["brokers"][controller - 1]["pid"] == old_pid  # the recorded pid stays until a restart
+
+    # killing a dead broker is a clear error
+    dead = CliRunner().invoke(
+        build_cli(), ["cluster", "kill", str(controller), "--data-dir", str(cluster_dir)]
+    )
+    assert dead.exit_code == 1 and dead.stderr == f"Error: broker {controller} is not running\n"
+
+    # start: same config, new pid, registered again
+    invoke("cluster", "start", str(controller), "--data-dir", str(cluster_dir))
+    back = broker(cli_status(cluster_dir), controller)
+    assert back["alive"] and back["registered"] and back["pid"] != old_pid
+    assert (
+        json.loads((cluster_dir / "cluster.json").read_text())["brokers"][str(controller)]["pid"]
+        == back["pid"]
+    )
+
+    # SIGSTOP / SIGCONT
+    other = next(i for i in (1, 2, 3) if i != controller)
+    runner = LocalCluster.load(cluster_dir)
+    runner.kill(other, "STOP")
+    assert broker(runner.status(), other)["paused"]
+    runner.kill(other, "CONT")
+    assert not broker(runner.status(), other)["paused"]
+
+    # down: everything gone, data kept, state stopped; status still answers
+    pids = [b["pid"] for b in runner.status()["brokers"]] + [runner.status()["zookeeper"]["pid"]]
+    invoke("cluster", "down", "--data-dir", str(cluster_dir))
+    assert all(process_gone(pid) for pid in pids)
+    final = cli_status(cluster_dir)
+    assert final["status"] == "stopped" and not final["zookeeper"]["ok"] and final["controller"]["id"] is None
+    assert not any(b["alive"] or b["registered"] for b in final["brokers"])
+    assert (cluster_dir / "zookeeper").is_dir() and (cluster_dir / "broker-1" / "data").is_dir()
+
+    # up on the stopped directory: same ports and configs, running again
+    restarted = LocalCluster(cluster_dir).up(3, timeout=60)
+    assert restarted.bootstrap == bootstrap and restarted.zookeeper.port == zk_port
+    assert all(b["alive"] and b["registered"] for b in cli_status(cluster_dir)["brokers"])
+
+
+@pytest.mark.timeout(60)
+def test_up_refuses_a_port_in_use(cluster_dir: Path) -> None:
+    zk_port, base = free_port(), free_port_range(2)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", base + 1))
+        squatter.listen()
+        with pytest.raises(PortInUse, match=rf"port {base + 1} .*broker 2.* already in use"):
+            LocalCluster(cluster_dir, broker_command=STAND_IN).up(2, zookeeper_port=zk_port, base_port=base)
+        result = CliRunner().invoke(
+            build_cli(),
+            ["cluster", "up", "--brokers", "2", "--data-dir", str(cluster_dir / "other"),
+             "--zookeeper-port", str(base + 1), "--base-port", str(base + 10)],
+        )  # fmt: skip
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: port {base + 1} on 127.0.0.1 (wanted for ZooKeeper) is already in use\n"
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.timeout(60)
+def test_up_reports_a_broker_that_dies(cluster_dir: Path) -> None:
+    dying = [sys.executable, "-c", "import sys; print('bad property: log.dirs'); sys.exit(3)"]
+    runner = LocalCluster(cluster_dir, broker_command=dying)
+    with pytest.raises(ClusterError) as caught:
+        runner.up(1, zookeeper_port=free_port(), base_port=free_port_range(1), timeout=20)
+    message = str(caught.value)
+    assert message.startswith("broker 1 exited with code 3 before registering in ZooKeeper")
+    assert "bad property: log.dirs" in message and str(cluster_dir / "broker-1" / "broker.out") in message
+    # what this run started is stopped again
+    doc = json.loads((cluster_dir / "cluster.json").read_text())
+    assert doc["status"] == "stopped" and doc["zookeeper"]["pid"] is None
+
+
+@pytest.mark.timeout(60)
+def test_up_times_out_naming_the_broker(cluster_dir: Path) -> None:
+    silent = [sys.executable, "-c", "import time; print('starting forever'); time.sleep(60)"]
+    runner = LocalCluster(cluster_dir, broker_command=silent)
+    with pytest.raises(ClusterError, match=r"broker 1 did not register in ZooKeeper within 2s") as caught:
+        runner.up(1, zookeeper_port=free_port(), base_port=free_port_range(1), timeout=2)
+    assert "starting forever" in str(caught.value)
+    pid = json.loads((cluster_dir / "cluster.json").read_text())["brokers"]["1"]["pid"]
+    assert pid is None
+
+
+# -- pieces that need no processes ---------------------------------------------------------------
+
+
+def test_server_properties_use_kafka_names_and_user_overrides(tmp_path: Path) -> None:
+    text = render_properties(2, 9093, tmp_path / "data", 2181, {"min.insync.replicas": "2"})
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines == [
+        "broker.id=2",
+        "listeners=PLAINTEXT://127.0.0.1:9093",
+        f"log.dirs={tmp_path / 'data'}",
+        "zookeeper.connect=127.0.0.1:2181",
+        "zookeeper.session.timeout.ms=6000",
+        "min.insync.replicas=2",
+    ]
+    overridden = render_properties(1, 9092, tmp_path, 2181, {"zookeeper.session.timeout.ms": "10000"})
+    assert "zookeeper.session.timeout.ms=10000" in overridden.splitlines()
+    assert "zookeeper.session.timeout.ms=6000" not in overridden.splitlines()
+
+
+@pytest.mark.parametrize("key", ["broker.id", "listeners", "log.dirs", "zookeeper.connect"])
+def test_runner_owned_keys_cannot_be_overridden(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ClusterError, match=rf"--config {key} is set by the cluster runner"):
+        LocalCluster(tmp_path).up(1, zookeeper_port=free_port(), base_port=free_port(), overrides={key: "x"})
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_commands_on_a_directory_without_a_cluster(tmp_path: Path) -> None:
+    for args in (["status"], ["down"], ["kill", "1"], ["start", "1"]):
+        result = CliRunner().invoke(build_cli(), ["cluster", *args, "--data-dir", str(tmp_path)])
+        assert result.exit_code == 1
+        assert (
+            result.stderr
+            == f"Error: no cluster in {tmp_path} (no cluster.json): run `floodmark cluster up`\n"
+        )
+
+
+def test_unknown_broker_id_is_named(tmp_path: Path) -> None:
+    zk_port, base = free_port(), free_port_range(2)
+    runner = LocalCluster(tmp_path, broker_command=STAND_IN)
+    runner.state = runner._new_state(2, zk_port, base, {})  # state without processes
+    runner._save()
+    result = CliRunner().invoke(build_cli(), ["cluster", "kill", "7", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: no broker 7 in the cluster at {tmp_path} (brokers: 1,2)\n"
+    assert os.path.exists(tmp_path / "broker-2" / "server.properties")

@@ -1,0 +1,85 @@
+"""The leader-side rules of seed 001 / SPEC 5.4, stepped by hand with explicit times and offsets."""
+
+from broker.replica.partition import Partition, PartitionState, follower_high_watermark
+
+LAG = 30_000
+
+
+def leader_of(replicas=(1, 2, 3), isr=(1, 2, 3), epoch=0, leo=0, now=0) -> Partition:
+    p = Partition("t", 0, local_broker_id=1)
+    p.make_leader(PartitionState(1, 1, epoch, tuple(isr), 0, tuple(replicas)), leo, now)
+    return p
+
+
+def test_becoming_leader_records_epoch_start_and_resets_followers():
+    p = leader_of(leo=7, now=100)
+    assert p.is_leader and p.leader_epoch == 0 and p.leader_epoch_start_offset == 7
+    assert {r.broker_id for r in p.remote_replicas.values()} == {2, 3}
+    assert all(r.log_end_offset == -1 and r.last_caught_up_time_ms == 100 for r in p.remote_replicas.values())
+
+
+def test_hw_waits_for_every_isr_follower_seed_001():
+    # Seed 001: the leader appends one message (LEO 1); HW stays 0 until followers fetch offset 1.
+    p = leader_of()
+    assert p.high_watermark_candidate(1, 0, now_ms=10, replica_lag_time_max_ms=LAG) == 0
+    p.update_follower_fetch(2, fetch_offset=1, leader_log_end_offset=1, now_ms=20)
+    assert p.high_watermark_candidate(1, 0, 20, LAG) == 0  # broker 3 has not fetched yet
+    p.update_follower_fetch(3, fetch_offset=1, leader_log_end_offset=1, now_ms=30)
+    assert p.high_watermark_candidate(1, 0, 30, LAG) == 1
+
+
+def test_hw_never_moves_backward():
+    p = leader_of()
+    p.update_follower_fetch(2, 3, 5, 10)
+    p.update_follower_fetch(3, 3, 5, 10)
+    assert p.high_watermark_candidate(5, current_high_watermark=4, now_ms=10, replica_lag_time_max_ms=LAG) == 4
+
+
+def test_caught_up_non_isr_replica_counts_and_lagging_one_does_not():
+    p = leader_of(isr=(1,))
+    p.update_follower_fetch(2, 5, 5, now_ms=1_000)  # caught up now
+    p.update_follower_fetch(3, 1, 5, now_ms=1_000)  # never caught up (last_caught_up 0)
+    assert p.high_watermark_candidate(5, 0, now_ms=1_000 + LAG + 1, replica_lag_time_max_ms=LAG) == 5
+    assert p.high_watermark_candidate(5, 0, now_ms=LAG + 10, replica_lag_time_max_ms=LAG) == 5
+
+
+def test_time_based_out_of_sync_detection():
+    p = leader_of(now=0)
+    p.update_follower_fetch(2, 10, 10, now_ms=1_000)
+    p.update_follower_fetch(3, 4, 10, now_ms=1_000)  # behind since the reset at 0
+    assert p.out_of_sync_replicas(now_ms=LAG + 500, replica_lag_time_max_ms=LAG, leader_log_end_offset=10) == {3}
+    assert p.out_of_sync_replicas(now_ms=LAG - 1, replica_lag_time_max_ms=LAG, leader_log_end_offset=10) == set()
+
+
+def test_fetch_reaching_previous_leader_leo_counts_as_caught_up_then():
+    p = leader_of(now=0)
+    p.update_follower_fetch(2, 0, 10, now_ms=100)  # leader LEO was 10 at t=100
+    p.update_follower_fetch(2, 10, 20, now_ms=200)  # reached 10: caught up as of t=100
+    assert p.remote_replicas[2].last_caught_up_time_ms == 100
+
+
+def test_can_join_isr_needs_hw_and_epoch_start():
+    p = leader_of(isr=(1, 2), leo=50)
+    p.update_follower_fetch(3, 40, 60, 10)
+    assert not p.can_join_isr(3, high_watermark=30)  # below the epoch start offset 50
+    p.update_follower_fetch(3, 55, 60, 20)
+    assert p.can_join_isr(3, high_watermark=55)
+    assert not p.can_join_isr(3, high_watermark=56)
+
+
+def test_leader_and_isr_applies_only_newer_epochs():
+    p = leader_of(epoch=3)
+    assert not p.is_newer(PartitionState(1, 2, 3, (2,), 1, (1, 2, 3)))
+    assert p.is_newer(PartitionState(1, 2, 4, (2,), 1, (1, 2, 3)))
+
+
+def test_make_follower_reports_leader_change():
+    p = leader_of()
+    assert p.make_follower(PartitionState(1, 2, 1, (1, 2), 1, (1, 2, 3)))
+    assert not p.is_leader and p.remote_replicas == {}
+    assert not p.make_follower(PartitionState(1, 2, 2, (1, 2), 2, (1, 2, 3)))
+
+
+def test_follower_hw_is_min_of_leo_and_leader_hw():
+    assert follower_high_watermark(5, 3) == 3
+    assert follower_high_watermark(2, 3) == 2
