@@ -158,7 +158,7 @@ def _topics(partition_fields: dict) -> Array:
 
 
 REQUESTS: dict[ApiKey, Any] = {
-    ApiKey.API_VERSIONS: Opt({}, {}),
+    ApiKey.API_VERSIONS: {},
     ApiKey.METADATA: {
         "topics": Nullable(Array("str")),  # nil = all topics
         "allow_auto_topic_creation": Opt("bool", False),
