@@ -124,3 +124,6 @@ class BrokerConnection(asyncio.Protocol):
         for _, future in pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosed(reason))
+                # A caller that was cancelled (a consumer closing mid long-poll) no longer awaits
+                # this future: mark the exception seen so asyncio does not log it as lost.
+                future.exception()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from client.cli.common import run_async
+from client.cli.common import run
 
 TOPIC = "demo"
 
@@ -45,7 +45,7 @@ def demo(data_dir: Path, records: int, keep: bool) -> None:
     say(f"starting ZooKeeper on {base - 1} and brokers 1-3 on {base}-{base + 2}")
     cluster.up(brokers=3, zookeeper_port=base - 1, base_port=base, overrides={}, timeout=90)
     try:
-        ok = run_async(_exercise(cluster.bootstrap_servers, records, say))
+        ok = run(_exercise(cluster.bootstrap_servers, records, say))
         say(
             f"state-change logs: {data_dir}/broker-*/state-change.log; broker logs: {data_dir}/broker-*/broker.out"
         )

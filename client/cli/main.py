@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from client.cli import cluster, consume, perf, produce, topics
+from client.cli import cluster, consume, demo, perf, produce, topics
 from client.cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -92,6 +92,7 @@ def build_cli() -> click.Group:
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(perf.perf)
+    cli.add_command(demo.demo)
     return cli
 
 
