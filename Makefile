@@ -6,9 +6,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: setup zookeeper test test-fast demo bench lint format clean
+.PHONY: setup zookeeper docker-compose test test-fast demo bench lint format clean
 
-setup: $(STAMP) zookeeper
+setup: $(STAMP) zookeeper docker-compose
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ zookeeper:
 	  fi; \
 	fi
 	@command -v java >/dev/null || { echo "error: java not found; install Java 17 (apt-get install -y openjdk-17-jre-headless)"; exit 1; }
+
+# Debian's docker-compose validates docker-compose.yml in the tests (no Docker engine is needed for that).
+docker-compose:
+	@if ! command -v docker-compose >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the Debian docker-compose package (the tests validate docker-compose.yml with it)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null) || \
+	      { echo "error: apt-get install docker-compose failed; install the Debian package 'docker-compose'"; exit 1; }; \
+	  else \
+	    echo "error: docker-compose missing; run as root: apt-get install -y docker-compose"; exit 1; \
+	  fi; \
+	fi
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15

@@ -1,7 +1,10 @@
 """``floodmark-broker --config FILE [--override key=value ...]`` (SPEC 1, 2).
 
 Reads a Kafka-style properties file, applies overrides, refuses unknown keys and bad values
-by name, and runs one broker on uvloop until SIGTERM/SIGINT, then shuts down cleanly.
+by name, and runs one broker on uvloop. SIGTERM shuts down with a controlled shutdown first
+(leaderships move away, when ``controlled.shutdown.enable``); SIGINT shuts down cleanly
+without it (``floodmark cluster down`` stops every broker at once, when there is nowhere to
+move leadership to).
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ async def run(config: BrokerConfig) -> None:
     server = BrokerServer(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    received: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda s=sig: (received.append(s), stop.set()))
     await server.startup()
     await stop.wait()
-    await server.shutdown()
+    await server.shutdown(controlled=received[0] == signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
+from broker.producer_id_manager import INITIAL_PRODUCER_EPOCH, ProducerIdManager
 from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.replica_manager import ReadResult, ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
@@ -48,6 +49,7 @@ class KafkaApis:
         self.cluster_id = cluster_id
         self.rng = rng
         self.on_metadata_update = on_metadata_update
+        self.producer_ids = ProducerIdManager(config.broker_id, zk)
         self._handlers = {
             ApiKey.API_VERSIONS: self.handle_api_versions,
             ApiKey.METADATA: self.handle_metadata,
@@ -61,6 +63,7 @@ class KafkaApis:
             ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
         }
 
     async def handle(self, request: Request) -> None:
@@ -178,6 +181,29 @@ class KafkaApis:
                 partitions.append({"partition": p["partition"], **answer})
             topics.append({"topic": t["topic"], "partitions": partitions})
         request.respond({"topics": topics})
+
+    async def handle_init_producer_id(self, request: Request) -> None:
+        """SPEC 5.4 "Idempotent producer": a new cluster-unique producer id at epoch 0. Without a
+        transaction coordinator, a transactional id is refused with INVALID_REQUEST."""
+        if request.body["transactional_id"] is not None:
+            message = "transactions are not supported: transactional_id must be null"
+            request.respond(error_body(ErrorCode.INVALID_REQUEST, message))
+            return
+        try:
+            producer_id = await self.producer_ids.generate_producer_id()
+        except Exception as exc:  # ZooKeeper unreachable or contended: the client retries
+            log.warning("InitProducerId: cannot allocate a producer id: %s", exc)
+            request.respond(
+                {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+            )
+            return
+        request.respond(
+            {
+                "error_code": ErrorCode.NONE,
+                "producer_id": producer_id,
+                "producer_epoch": INITIAL_PRODUCER_EPOCH,
+            }
+        )
 
     # -- admin -----------------------------------------------------------------------------------------
 

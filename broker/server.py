@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import random
@@ -21,10 +22,12 @@ from pathlib import Path
 
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
+from broker.controlled_shutdown import ControlledShutdownSettings, controlled_shutdown
 from broker.log import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.network import NetworkConfig, Request, SocketServer
 from broker.replica.fetcher import ReplicaFetcherManager
+from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
 from controller import zk as zkpaths
@@ -69,7 +72,8 @@ class BrokerServer:
 
         self.metadata_cache = MetadataCache(self.broker_id)
         self.replica_manager = ReplicaManager(
-            cfg, self.log_manager, self.metadata_cache, self.time_ms, self.state_change_log, self._topic_config
+            cfg, self.log_manager, self.metadata_cache, self.time_ms, self.state_change_log, self._topic_config,
+            isr_store=ZkIsrStore(self.zk),
         )
         self.replica_manager.fetchers = ReplicaFetcherManager(self.replica_manager)
         self.controller = KafkaController(
@@ -158,6 +162,10 @@ class BrokerServer:
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
             ("log-flusher", min(cfg["log.flush.scheduler.interval.ms"], 3_600_000), self.log_manager.flush_dirty_logs),
             ("purgatory-purge", 10_000, self._purge_purgatories),
+            # SPEC 5.4, Kafka's ReplicaManager.startup: ISR shrink and ISR change propagation
+            ("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2), self.replica_manager.maybe_shrink_isr),
+            ("isr-change-propagation", ISR_CHANGE_PROPAGATION_INTERVAL_MS,
+             self.replica_manager.maybe_propagate_isr_changes),
         ]
         loop = asyncio.get_running_loop()
         for name, interval_ms, job in schedule:
@@ -172,13 +180,25 @@ class BrokerServer:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                job()
+                result = job()
+                if inspect.isawaitable(result):
+                    await result
             except Exception:
                 log.exception("periodic task %s failed", name)
 
     # -- shutdown ------------------------------------------------------------------------------------
-    async def shutdown(self) -> None:
+    async def shutdown(self, controlled: bool = True) -> None:
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        if controlled and self.config["controlled.shutdown.enable"]:
+            await controlled_shutdown(
+                self.broker_id,
+                self.zk,
+                ControlledShutdownSettings(
+                    max_retries=self.config["controlled.shutdown.max.retries"],
+                    retry_backoff_ms=self.config["controlled.shutdown.retry.backoff.ms"],
+                    request_timeout_ms=self.config["request.timeout.ms"],
+                ),
+            )
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.netns import NetnsLayout, layout_for, netns_available
 from chaos.zookeeper import ZooKeeperProcess, ZooKeeperUnavailable, pid_alive, ruok
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,27 @@ class ClusterState:
     broker_command: list[str]
     overrides: dict[str, str] = field(default_factory=dict)
     status: str = "running"
+    #: Set when every broker runs in its own network namespace (chaos/netns.py), so network
+    #: partitions can be injected; None for the plain loopback layout.
+    netns_index: int | None = None
+
+    @property
+    def layout(self) -> NetnsLayout | None:
+        return NetnsLayout(self.netns_index) if self.netns_index is not None else None
+
+    def broker_host(self, broker_id: int) -> str:
+        return self.layout.host(broker_id) if self.layout else HOST
+
+    @property
+    def zookeeper_host(self) -> str:
+        """Where brokers reach ZooKeeper: loopback, or the bridge when they live in namespaces."""
+        return self.layout.gateway if self.layout else HOST
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{HOST}:{b.port}" for b in sorted(self.brokers.values(), key=lambda b: b.id))
+        return ",".join(
+            f"{self.broker_host(b.id)}:{b.port}" for b in sorted(self.brokers.values(), key=lambda b: b.id)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +127,7 @@ class ClusterState:
             },
             "broker_command": self.broker_command,
             "overrides": self.overrides,
+            "netns_index": self.netns_index,
         }
 
     @classmethod
@@ -120,11 +139,18 @@ class ClusterState:
             broker_command=list(doc["broker_command"]),
             overrides=dict(doc.get("overrides", {})),
             status=doc.get("status", "running"),
+            netns_index=doc.get("netns_index"),
         )
 
 
 def render_properties(
-    broker_id: int, port: int, log_dir: Path, zookeeper_port: int, overrides: Mapping[str, str]
+    broker_id: int,
+    port: int,
+    log_dir: Path,
+    zookeeper_port: int,
+    overrides: Mapping[str, str],
+    host: str = HOST,
+    zookeeper_host: str = HOST,
 ) -> str:
     """A broker's server.properties: the runner's keys, a short session timeout, then the user's."""
     clash = sorted(set(overrides) & set(RUNNER_KEYS))
@@ -134,9 +160,9 @@ def render_properties(
         )
     props = {
         "broker.id": str(broker_id),
-        "listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{host}:{port}",
         "log.dirs": str(log_dir),
-        "zookeeper.connect": f"{HOST}:{zookeeper_port}",
+        "zookeeper.connect": f"{zookeeper_host}:{zookeeper_port}",
         "zookeeper.session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
         **overrides,
     }
@@ -236,13 +262,16 @@ class _Processes:
             time.sleep(0.05)
         return True
 
-    def terminate(self, pids: Mapping[int, str], timeout: float) -> list[int]:
-        """SIGTERM (then SIGCONT, so a paused process can act on it) every pid, wait up to ``timeout``
-        for all of them together, SIGKILL the stragglers. Returns the pids that had to be killed."""
+    def terminate(
+        self, pids: Mapping[int, str], timeout: float, signal: signals.Signals = signals.SIGTERM
+    ) -> list[int]:
+        """Send ``signal`` (then SIGCONT, so a paused process can act on it) to every pid, wait up to
+        ``timeout`` for all of them together, SIGKILL the stragglers. Returns the pids that had to be
+        killed."""
         live = [pid for pid, marker in pids.items() if self.alive(pid, marker)]
         for pid in live:
             with suppress(ProcessLookupError):
-                os.kill(pid, signals.SIGTERM)
+                os.kill(pid, signal)
                 os.kill(pid, signals.SIGCONT)
         deadline = time.monotonic() + timeout
         while any(self.exists(pid) for pid in live) and time.monotonic() < deadline:
@@ -354,8 +383,11 @@ class LocalCluster:
         base_port: int = 9092,
         overrides: Mapping[str, str] | None = None,
         timeout: float = 60.0,
+        netns: bool = False,
     ) -> ClusterState:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
+        With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
+        ``isolate`` can cut it off the network (chaos/netns.py).
 
         On a directory whose cluster already exists, the recorded ports and configs are reused and
         only what is not running is started; a fully running cluster is just reported.
@@ -364,7 +396,9 @@ class LocalCluster:
             raise ClusterError("a cluster needs at least one broker")
         state = self.state
         if state is None:
-            state = self._new_state(brokers, zookeeper_port, base_port, dict(overrides or {}))
+            if netns and not netns_available():
+                raise ClusterError("network namespaces need root and iproute2 (`ip`)")
+            state = self._new_state(brokers, zookeeper_port, base_port, dict(overrides or {}), netns)
         elif len(state.brokers) != brokers:
             raise ClusterError(
                 f"{self.data_dir} already holds a {len(state.brokers)}-broker cluster; "
@@ -386,8 +420,11 @@ class LocalCluster:
 
         if not zk_up:
             check_port_free(state.zookeeper.port, "ZooKeeper")
-        for broker in to_start:
-            check_port_free(broker.port, f"broker {broker.id}")
+        if state.layout is not None:
+            state.layout.create(sorted(state.brokers))
+        else:
+            for broker in to_start:
+                check_port_free(broker.port, f"broker {broker.id}")
 
         started: list[int] = []
         zk_started = False
@@ -423,7 +460,7 @@ class LocalCluster:
         return state
 
     def _new_state(
-        self, brokers: int, zookeeper_port: int, base_port: int, overrides: dict[str, str]
+        self, brokers: int, zookeeper_port: int, base_port: int, overrides: dict[str, str], netns: bool = False
     ) -> ClusterState:
         ports = [base_port + i for i in range(brokers)]
         if zookeeper_port in ports:
@@ -440,6 +477,7 @@ class LocalCluster:
             broker_command=self._broker_command or default_broker_command(),
             overrides=overrides,
             status="stopped",
+            netns_index=layout_for(zookeeper_port).index if netns else None,
         )
         for broker_id, port in enumerate(ports, start=1):
             home = self.data_dir / f"broker-{broker_id}"
@@ -452,7 +490,9 @@ class LocalCluster:
             )
         # Validate every config before anything starts, then write them.
         texts = {
-            b.id: render_properties(b.id, b.port, Path(b.log_dir), zookeeper_port, overrides)
+            b.id: render_properties(
+                b.id, b.port, Path(b.log_dir), zookeeper_port, overrides, state.broker_host(b.id), state.zookeeper_host
+            )
             for b in state.brokers.values()
         }
         for broker in state.brokers.values():
@@ -514,21 +554,26 @@ class LocalCluster:
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, timeout: float = 30.0) -> None:
-        """SIGTERM every broker (controlled shutdown), SIGKILL those still there after ``timeout``,
-        then stop ZooKeeper. Data stays; the state file says "stopped"."""
+        """SIGINT every broker (a clean shutdown without the controlled-shutdown hand-over: with every
+        broker stopping there is nowhere to move leadership, so asking would only wait out its
+        retries), SIGKILL those still there after ``timeout``, then stop ZooKeeper. Data stays;
+        the state file says "stopped". SIGTERM (``kill ID --signal TERM``) is the controlled one."""
         state = self._require_state()
         live = {b.pid: _broker_marker(b) for b in state.brokers.values() if self._broker_alive(b)}
         if live:
-            self._progress(f"stopping {len(live)} broker(s) with SIGTERM (up to {timeout:g}s)")
-        for pid in self._procs.terminate(live, timeout):
+            self._progress(f"stopping {len(live)} broker(s) with SIGINT (up to {timeout:g}s)")
+        for pid in self._procs.terminate(live, timeout, signals.SIGINT):
             broker_id = next(b.id for b in state.brokers.values() if b.pid == pid)
-            self._progress(f"broker {broker_id} (pid {pid}) ignored SIGTERM for {timeout:g}s: sent SIGKILL")
+            self._progress(f"broker {broker_id} (pid {pid}) ignored SIGINT for {timeout:g}s: sent SIGKILL")
         for broker in state.brokers.values():
             broker.pid = None
         if self._zookeeper_alive(state, check_ruok=False):
             self._progress(f"stopping ZooKeeper (pid {state.zookeeper.pid})")
             self._procs.terminate({state.zookeeper.pid: _zookeeper_marker(state.zookeeper)}, 10)
         state.zookeeper.pid = None
+        if state.layout is not None:
+            self._progress(f"removing the network namespaces of bridge {state.layout.bridge}")
+            state.layout.destroy(sorted(state.brokers))
         state.status = "stopped"
         self._save()
         self._progress(f"cluster stopped; data kept in {self.data_dir}")
@@ -549,6 +594,25 @@ class LocalCluster:
             raise ClusterError(f"broker {broker_id} (pid {broker.pid}) still exists 10s after SIGKILL")
         return broker.pid
 
+    def stop(self, broker_id: int, timeout: float = 60.0) -> bool:
+        """SIGTERM one broker (a controlled shutdown: its leaderships move away first) and wait,
+        bounded, until it has exited; SIGKILL it after ``timeout``. True when it exited by itself."""
+        broker = self._broker(broker_id)
+        if not self._broker_alive(broker):
+            raise ClusterError(f"broker {broker_id} is not running")
+        self._progress(f"stopping broker {broker_id} (pid {broker.pid}) with SIGTERM")
+        killed = self._procs.terminate({broker.pid: _broker_marker(broker)}, timeout)
+        return not killed
+
+    def isolate(self, broker_id: int, cut: bool = True) -> None:
+        """Cut a broker off the network (its namespace's link down), or reconnect it (cut=False)."""
+        state = self._require_state()
+        self._broker(broker_id)
+        if state.layout is None:
+            raise ClusterError("this cluster was not started with --netns: it cannot be partitioned")
+        state.layout.isolate(broker_id, cut)
+        self._progress(f"{'isolated' if cut else 'reconnected'} broker {broker_id} ({state.broker_host(broker_id)})")
+
     def start(self, broker_id: int, timeout: float = 60.0) -> int:
         """Restart a stopped or killed broker with its config and data; waits until it is registered.
         Returns its pid (the running one when it was already up)."""
@@ -561,7 +625,8 @@ class LocalCluster:
             raise ClusterError(
                 f"ZooKeeper on port {state.zookeeper.port} is not running: start the cluster with `floodmark cluster up`"
             )
-        check_port_free(broker.port, f"broker {broker_id}")
+        if state.layout is None:
+            check_port_free(broker.port, f"broker {broker_id}")
         self._spawn_broker(broker, state)
         self._save()
         self._wait_registered([broker_id], timeout, need_controller=False)
@@ -636,7 +701,8 @@ class LocalCluster:
         zk.pid = self._procs.track(server.process)
 
     def _spawn_broker(self, broker: BrokerState, state: ClusterState) -> None:
-        self._progress(f"starting broker {broker.id} on {HOST}:{broker.port} (log in {broker.out})")
+        host = state.broker_host(broker.id)
+        self._progress(f"starting broker {broker.id} on {host}:{broker.port} (log in {broker.out})")
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
@@ -648,8 +714,9 @@ class LocalCluster:
                 f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} floodmark cluster: starting broker {broker.id}\n".encode()
             )
             out.flush()
+            prefix = state.layout.exec_prefix(broker.id) if state.layout is not None else []
             popen = subprocess.Popen(
-                [*state.broker_command, "--config", broker.config],
+                [*prefix, *state.broker_command, "--config", broker.config],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -17,6 +17,13 @@ fake clock drives the unit tests:
 * :meth:`expire` removes batches (not in flight) older than ``delivery_timeout_ms``.
 * ``buffered_bytes`` counts the estimated size of every batch not yet completed, for the
   producer's ``buffer_memory`` backpressure.
+* **Sequence numbers** (the idempotent producer, SPEC 5.4 and 6; Kafka's TransactionManager
+  bookkeeping): :meth:`assign_sequence` stamps a batch with the producer id, epoch and its
+  partition's next sequence the first time it is drained, and closes it; a retry resends the
+  same bytes with the same sequence. Because only one batch per partition is in flight, the
+  sequences a partition's broker sees are exactly consecutive, whatever is retried.
+  :meth:`rewind_sequence` hands a batch's sequences to the next batch when the broker surely
+  did not write it; :meth:`set_producer_id` (a new producer id) restarts every partition at 0.
 
 The accumulator never touches futures: each record carries an opaque ``handle`` the producer
 resolves when the batch completes.
@@ -36,6 +43,10 @@ from client.types import TopicPartition
 RECORD_OVERHEAD = 16
 #: RecordBatch v2 header.
 BATCH_OVERHEAD = 61
+#: Sequence numbers are int32 and wrap to 0 after 2^31 - 1, as in Kafka.
+SEQUENCE_MODULUS = 2**31
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
 
 
 def estimate_record_size(key: bytes | None, value: bytes | None, headers: list | tuple | None) -> int:
@@ -68,6 +79,10 @@ class ProducerBatch:
     last_error: Any = None
     waiter: Any = None  # opaque to the accumulator: the producer's "batch finished" future, if any
     hold_until_metadata: int | None = None  # the producer's: resend only with metadata newer than this
+    producer_id: int = NO_PRODUCER_ID  # idempotence: fixed at the first drain, kept on retries
+    producer_epoch: int = -1
+    base_sequence: int = NO_SEQUENCE
+    maybe_written: bool = False  # the producer's: some attempt ended without a clear "not written"
 
     @property
     def record_count(self) -> int:
@@ -93,6 +108,9 @@ class RecordAccumulator:
         self.buffered_bytes = 0
         self._flushes = 0
         self.closing = False
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = -1
+        self._next_sequence: dict[TopicPartition, int] = {}
 
     # -- appending ------------------------------------------------------------------------------
     def would_open_batch(self, tp: TopicPartition, size: int) -> bool:
@@ -215,6 +233,42 @@ class RecordAccumulator:
                 if not batch.in_flight and (oldest is None or batch.created_ms < oldest):
                     oldest = batch.created_ms
         return None if oldest is None else oldest + self.delivery_timeout_ms
+
+    # -- sequence numbers (idempotence) ---------------------------------------------------------
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id (or NO_PRODUCER_ID while one is being fetched): every partition's
+        sequence starts again at 0. Batches already stamped keep their old id and sequence."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self._next_sequence.clear()
+
+    def next_sequence(self, tp: TopicPartition) -> int:
+        return self._next_sequence.get(tp, 0)
+
+    def assign_sequence(self, batch: ProducerBatch) -> None:
+        """Stamp ``batch`` with the producer id and its partition's next sequence, once."""
+        if batch.base_sequence != NO_SEQUENCE:
+            return
+        if self.producer_id == NO_PRODUCER_ID:
+            raise RuntimeError("no producer id to stamp the batch with")
+        sequence = self._next_sequence.get(batch.tp, 0)
+        batch.producer_id = self.producer_id
+        batch.producer_epoch = self.producer_epoch
+        batch.base_sequence = sequence
+        batch.closed = True  # its sequence range is fixed: no more records
+        self._next_sequence[batch.tp] = (sequence + batch.record_count) % SEQUENCE_MODULUS
+
+    def rewind_sequence(self, batch: ProducerBatch) -> bool:
+        """The broker surely did not write ``batch``: its partition's next batch takes over its
+        sequence numbers. False when that is not possible (another producer id by now, or later
+        sequences were handed out), in which case the producer needs a new producer id."""
+        if (batch.producer_id, batch.producer_epoch) != (self.producer_id, self.producer_epoch):
+            return False
+        end = (batch.base_sequence + batch.record_count) % SEQUENCE_MODULUS
+        if self._next_sequence.get(batch.tp) != end:
+            return False
+        self._next_sequence[batch.tp] = batch.base_sequence
+        return True
 
     # -- flush / close --------------------------------------------------------------------------
     def begin_flush(self) -> None:

@@ -8,11 +8,24 @@ partition leader into one Produce request per broker (at most
 ``max_in_flight_requests_per_connection`` outstanding per broker), and resolves each record's
 future with its :class:`~client.types.RecordMetadata` (offset = base offset + index in batch).
 
-**Ordering.** There is no idempotence here, so per-partition order across retries is kept by
-allowing at most ONE in-flight batch per partition: a failed batch goes back to the head of its
-partition's queue and nothing behind it is sent until it succeeds or fails for good. Many
-partitions still share each connection's in-flight window. (Retries can still duplicate a batch
-the broker wrote but whose response was lost: at-least-once.)
+**Ordering.** Per-partition order across retries is kept by allowing at most ONE in-flight
+batch per partition: a failed batch goes back to the head of its partition's queue and nothing
+behind it is sent until it succeeds or fails for good. Many partitions still share each
+connection's in-flight window.
+
+**Idempotence** (SPEC 5.4 and 6; Kafka's enable.idempotence, KIP-98, on by default since 3.0):
+with ``acks="all"`` the producer is idempotent unless ``enable_idempotence=False``;
+``enable_idempotence=True`` with another ``acks`` is a ValueError. ``start`` asks a broker for
+a producer id (InitProducerId); each batch gets the id, epoch and its partition's next sequence
+number the first time it is drained, and a retry resends the very same bytes, so a batch the
+broker wrote but whose answer was lost is recognised as a duplicate and answered with its
+original offsets instead of being written twice. A batch that fails for good with its sequence
+in doubt (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, or an attempt that may have
+been written: a timeout, a lost connection, leadership lost while parked) fails with the
+broker's Kafka error, and the producer then takes a new producer id so that later batches start
+clean at sequence 0 (the job KIP-360's epoch bump does in Kafka). A batch the broker surely
+refused hands its sequence numbers to the next batch. Without idempotence, retries can
+duplicate a batch whose response was lost: at-least-once.
 
 **Errors.** Retriable errors (``errors.RETRIABLE``, connection loss = NETWORK_EXCEPTION) are
 retried after ``retry_backoff_ms``, refreshing metadata first when the error is in
@@ -33,7 +46,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from client.accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
+from client.accumulator import (
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    ProducerBatch,
+    RecordAccumulator,
+    estimate_record_size,
+)
 from client.metadata import Cluster
 from client.partitioner import make_partitioner, partition_for_key
 from client.protocol.api import ApiKey
@@ -44,6 +63,38 @@ from client.types import RecordMetadata, TopicPartition
 log = logging.getLogger(__name__)
 
 _ACKS = {0: 0, 1: 1, -1: -1, "0": 0, "1": 1, "-1": -1, "all": -1}
+#: What an idempotent producer sends as InitProducerId.transaction_timeout_ms (Kafka's default
+#: transaction.timeout.ms; the broker ignores it without a transactional id).
+TRANSACTION_TIMEOUT_MS = 60000
+#: Produce errors after which the broker surely did not write the batch (checks made before the
+#: append). After any other error the batch may be in the log.
+NOT_APPENDED = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+    }
+)
+#: Errors that mean the broker's sequence state for this producer and ours disagree.
+SEQUENCE_ERRORS = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+    }
+)
 
 
 @dataclass
@@ -65,6 +116,15 @@ class ProducerConfig:
     #: metadata or for buffer space, and how old metadata may get before a refresh.
     max_block_ms: int = 60000
     metadata_max_age_ms: int = 300000
+    #: Kafka's enable.idempotence. None (the default): on exactly when acks is all (-1) and
+    #: retries > 0, as Kafka 3.x decides it. True with another acks is an error.
+    enable_idempotence: bool | None = None
+
+    @property
+    def idempotent(self) -> bool:
+        if self.enable_idempotence is None:
+            return self.acks == -1 and self.retries > 0
+        return self.enable_idempotence
 
     def __post_init__(self) -> None:
         if isinstance(self.acks, str):
@@ -98,6 +158,19 @@ class ProducerConfig:
                 ) from None
         if self.partitioner not in ("sticky", "round_robin"):
             raise ValueError(f"partitioner must be 'sticky' or 'round_robin', got {self.partitioner!r}")
+        if self.enable_idempotence is not None and not isinstance(self.enable_idempotence, bool):
+            raise ValueError(
+                f"enable_idempotence must be True, False or None, got {self.enable_idempotence!r}"
+            )
+        if self.enable_idempotence and self.acks != -1:
+            raise ValueError(
+                f"enable_idempotence=True needs acks='all' (-1), got acks={self.acks}: "
+                "set acks='all' or enable_idempotence=False"
+            )
+        if self.enable_idempotence and self.retries == 0:
+            raise ValueError(
+                "enable_idempotence=True needs retries > 0: set retries or enable_idempotence=False"
+            )
 
 
 def config_with_overrides(config, overrides: dict, what: str):
@@ -132,6 +205,7 @@ class Producer:
         self._requests: set[asyncio.Task] = set()
         self._in_flight: dict[int, int] = {}
         self._metadata_task: asyncio.Task | None = None
+        self._producer_id_task: asyncio.Task | None = None
         self._space_waiters: list[asyncio.Future] = []
         self._topics: set[str] = set()
         self._tps: dict[tuple[str, int], TopicPartition] = {}
@@ -146,11 +220,21 @@ class Producer:
             "batches_failed": 0,
             "requests_sent": 0,
             "errors": 0,
+            "producer_id_resets": 0,
         }
 
     @property
     def cluster(self) -> Cluster:
         return self._cluster
+
+    @property
+    def producer_id(self) -> int:
+        """The current producer id (-1 without idempotence or while a new one is fetched)."""
+        return self._acc.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._acc.producer_epoch
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -158,6 +242,12 @@ class Producer:
             return
         self._loop = asyncio.get_running_loop()
         await self._cluster.start()
+        if self.config.idempotent:
+            try:
+                self._acc.set_producer_id(*await self._init_producer_id())
+            except BaseException:
+                await self._cluster.close()
+                raise
         self._started = True
         self._sender = self._loop.create_task(self._run_sender(), name="floodmark-producer-sender")
 
@@ -189,7 +279,11 @@ class Producer:
                 self._fail_batch(batch, error, log_it=False)
             log.warning("%s", error)
         self._closed = True
-        tasks = [t for t in (self._sender, self._metadata_task, *self._requests) if t is not None]
+        tasks = [
+            t
+            for t in (self._sender, self._metadata_task, self._producer_id_task, *self._requests)
+            if t is not None
+        ]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -393,7 +487,12 @@ class Producer:
         version = cluster.metadata.version
         need_metadata = cluster.needs_refresh()
         by_node: dict[int, list[ProducerBatch]] = {}
+        # Idempotence: while a new producer id is being fetched, only batches that already have
+        # their sequence numbers (retries) may go; the id task wakes the sender when it is back.
+        awaiting_id = self.config.idempotent and self._acc.producer_id == NO_PRODUCER_ID
         for batch in ready.batches:
+            if awaiting_id and batch.base_sequence == NO_SEQUENCE:
+                continue
             # A batch that failed because metadata was stale waits for a newer version of it;
             # a batch whose partition has no leader waits too. Others go ahead.
             held = batch.hold_until_metadata is not None and version <= batch.hold_until_metadata
@@ -411,6 +510,7 @@ class Producer:
 
     def _dispatch(self, node: int, batches: list[ProducerBatch]) -> None:
         c = self.config
+        idempotent = c.idempotent
         in_flight = self._in_flight.get(node, 0)
         i = 0
         while i < len(batches) and in_flight < c.max_in_flight_requests_per_connection:
@@ -419,7 +519,18 @@ class Producer:
             while i < len(batches):
                 batch = batches[i]
                 if batch.payload is None:
-                    batch.payload = build_batch(batch.records, c.compression_type)
+                    # Built once, so closed to appends now (even if it waits for the next
+                    # request): a retry resends these bytes, sequence numbers included.
+                    batch.closed = True
+                    if idempotent:
+                        self._acc.assign_sequence(batch)
+                    batch.payload = build_batch(
+                        batch.records,
+                        c.compression_type,
+                        producer_id=batch.producer_id,
+                        producer_epoch=batch.producer_epoch,
+                        base_sequence=batch.base_sequence,
+                    )
                 if request and size + len(batch.payload) > c.max_request_size:
                     break
                 request.append(batch)
@@ -497,6 +608,8 @@ class Producer:
         if batch.done:
             return
         self.metrics["errors"] += 1
+        if code not in NOT_APPENDED:
+            batch.maybe_written = True  # a timeout, a lost connection, leadership lost while parked...
         error = KafkaError(
             code,
             f"produce of {batch.record_count} record(s) to {batch.tp} on broker {node} failed: {message or ''}",
@@ -544,6 +657,8 @@ class Producer:
 
     def _fail_batch(self, batch: ProducerBatch, error: KafkaError, log_it: bool = True) -> None:
         self._acc.complete(batch)
+        if batch.base_sequence != NO_SEQUENCE and not self._closing:
+            self._after_failed_sequence(batch, error)
         for future in batch.handles:
             if not future.done():
                 future.set_exception(error)
@@ -553,6 +668,69 @@ class Producer:
         if log_it:
             log.warning("%s", error)
         self._finish(batch)
+
+    # -- idempotence: producer ids and sequences in doubt (SPEC 5.4) -------------------------------
+    async def _init_producer_id(self) -> tuple[int, int]:
+        """InitProducerId from any broker, retrying retriable errors for up to ``max_block_ms``."""
+        c = self.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.max_block_ms / 1000
+        body = {"transactional_id": None, "transaction_timeout_ms": TRANSACTION_TIMEOUT_MS}
+        while True:
+            conn = None
+            try:
+                conn = await self._cluster.any_connection()
+                response = await conn.request(
+                    ApiKey.INIT_PRODUCER_ID, body, timeout=c.request_timeout_ms / 1000
+                )
+                if response["error_code"] == ErrorCode.NONE:
+                    log.debug("producer id %d, epoch %d", response["producer_id"], response["producer_epoch"])
+                    return response["producer_id"], response["producer_epoch"]
+                error = KafkaError(response["error_code"], "InitProducerId failed")
+            except KafkaError as exc:
+                error = exc
+                if exc.code == ErrorCode.REQUEST_TIMED_OUT and conn is not None:
+                    conn.close()  # responses come in order: this connection is stuck
+            remaining = deadline - loop.time()
+            if not error.retriable or self._closed:
+                raise error
+            if remaining <= 0:
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"no producer id within max_block_ms={c.max_block_ms} (last error {error})",
+                )
+            await asyncio.sleep(min(c.retry_backoff_ms / 1000, remaining))
+
+    def _after_failed_sequence(self, batch: ProducerBatch, error: KafkaError) -> None:
+        """A batch with sequence numbers failed for good. If the broker surely did not write it,
+        the next batch of its partition takes its sequences; otherwise what the broker holds for
+        this producer is unknown (or, after a sequence error, known to disagree), so later
+        batches go out under a new producer id, from sequence 0."""
+        if batch.producer_id != self._acc.producer_id:
+            return  # that producer id has been given up already
+        if error.code not in SEQUENCE_ERRORS and not batch.maybe_written and self._acc.rewind_sequence(batch):
+            return
+        log.warning(
+            "producer id %d: the sequence of %s is in doubt after %s; fetching a new producer id",
+            batch.producer_id,
+            batch.tp,
+            error.name,
+        )
+        self.metrics["producer_id_resets"] += 1
+        self._acc.set_producer_id(NO_PRODUCER_ID, -1)
+        if self._producer_id_task is None or self._producer_id_task.done():
+            self._producer_id_task = self._loop.create_task(self._refetch_producer_id())
+
+    async def _refetch_producer_id(self) -> None:
+        while not self._closed:
+            try:
+                self._acc.set_producer_id(*await self._init_producer_id())
+            except KafkaError as exc:
+                log.warning("cannot get a new producer id: %s", exc)
+                await asyncio.sleep(max(self.config.retry_backoff_ms, 1000) / 1000)
+                continue
+            self._wake()
+            return
 
     def _finish(self, batch: ProducerBatch) -> None:
         if batch.waiter is not None and not batch.waiter.done():

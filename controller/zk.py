@@ -55,6 +55,9 @@ CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+#: Kafka's ProducerIdBlockZNode: the last block of producer ids handed to a broker (SPEC 5.4).
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+PRODUCER_ID_BLOCK_SIZE = 1000
 
 #: The persistent paths Kafka creates at start-up (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
@@ -729,6 +732,57 @@ async def propagate_isr_change(zk: ZkBridge, partitions: Iterable[TopicPartition
     except NoNodeError:
         await zk.ensure_path(ISR_CHANGE_NOTIFICATION_PATH)
         return await zk.create(path, data, sequence=True)
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Producer ids ``block_start`` .. ``block_end`` (inclusive), owned by ``broker``."""
+
+    broker: int
+    block_start: int
+    block_end: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    """Kafka's JSON: the ids as decimal strings (JSON numbers lose precision past 2^53)."""
+    return _dumps(
+        {
+            "version": 1,
+            "broker": block.broker,
+            "block_start": str(block.block_start),
+            "block_end": str(block.block_end),
+        }
+    )
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    obj = _loads(data)
+    return ProducerIdBlock(int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"]))
+
+
+async def allocate_producer_id_block(
+    zk: ZkBridge, broker_id: int, block_size: int = PRODUCER_ID_BLOCK_SIZE, max_attempts: int = 100
+) -> ProducerIdBlock:
+    """Claim the next ``block_size`` producer ids for ``broker_id`` (Kafka's
+    ZkProducerIdManager.getNewProducerIdBlock): read /latest_producer_id_block, write the block
+    after it conditional on the znode version, and start over when another broker won the race.
+    Blocks never overlap, so producer ids are unique cluster-wide."""
+    for _ in range(max_attempts):
+        got = await zk.get(PRODUCER_ID_BLOCK_PATH)
+        start = 0 if got is None or not got[0] else decode_producer_id_block(got[0]).block_end + 1
+        if start > 2**63 - 1 - block_size:
+            raise RuntimeError("Have exhausted all producerIds.")
+        block = ProducerIdBlock(broker_id, start, start + block_size - 1)
+        try:
+            if got is None:
+                await zk.create(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), makepath=True)
+            else:
+                await zk.set(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), got[1].version)
+        except (NodeExistsError, BadVersionError):
+            continue
+        log.info("broker %d claimed producer id block %d..%d", broker_id, block.block_start, block.block_end)
+        return block
+    raise RuntimeError(f"could not claim a producer id block in {max_attempts} attempts: too much contention")
 
 
 async def create_persistent_paths(zk: ZkBridge) -> None:

@@ -87,15 +87,18 @@ class LeaderEpochFileCache:
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch: the LEO for the latest epoch; otherwise the
-        largest known epoch <= requested with the start offset of the first epoch above it;
-        undefined when the cache is empty or the requested epoch is unknown (below the first,
-        above the latest)."""
+        largest known epoch <= requested with the start offset of the first epoch above it; for an
+        epoch below the first known one, (requested, start of the first epoch) as in Kafka (older
+        epochs were removed, or an unclean leader never had them: the asker must truncate there);
+        undefined when the cache is empty or the requested epoch is above the latest."""
         if requested_epoch == UNDEFINED_EPOCH or not self._entries:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         if requested_epoch == self.latest_epoch:
             return requested_epoch, log_end_offset
-        if requested_epoch < self._entries[0].epoch or requested_epoch > self.latest_epoch:
+        if requested_epoch > self.latest_epoch:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch < self._entries[0].epoch:
+            return requested_epoch, self._entries[0].start_offset
         previous = self._entries[0]
         for entry in self._entries:
             if entry.epoch > requested_epoch:

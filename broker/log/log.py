@@ -11,14 +11,26 @@ one holding the recovery point onward is re-scanned and a torn or corrupt tail t
 high watermark, and advances the log start offset. Segments roll on size, age and full
 indexes.
 
+Producer state (SPEC 5.4 "Idempotent producer", :mod:`broker.log.producer_state`): a leader
+append checks every batch that carries a producer id before offsets are assigned and answers a
+retried duplicate with the original offsets (``LogAppendInfo.duplicate``) without writing it;
+every written batch, leader or follower, is folded into the state, so a follower that becomes
+leader knows the last 5 batches of each producer. As in Kafka, ``<offset>.snapshot`` files hold
+the state as of an offset: one is written when a segment rolls and one at clean shutdown. On
+open and after a truncation the state is the newest snapshot at or below the log end offset
+plus a replay of the batch headers after it (never a record decode); snapshots above the log
+end offset are deleted, and retention deletes those below the first segment.
+
 A ``Log`` is safe to call from several threads: one re-entrant lock serialises appends, reads,
 truncation and retention; ``flush`` does its fsyncs outside that lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import re
 import shutil
 import threading
@@ -29,7 +41,8 @@ from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, fsync_dir
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
-from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from broker.log.producer_state import CorruptSnapshot, ProducerStateManager
+from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
 from client.protocol.errors import ErrorCode, KafkaError
 from client.protocol.records import (
     BatchHeader,
@@ -41,6 +54,7 @@ from client.protocol.records import (
 log = logging.getLogger(__name__)
 
 STRAY_SUFFIXES = (".tmp", ".swap", ".deleted", ".cleaned")
+SNAPSHOT_SUFFIX = ".snapshot"
 SEGMENT_STEM = re.compile(r"^\d{20}$")
 MAX_LONG = 2**63 - 1
 MIN_SEGMENT_BYTES = 14
@@ -89,6 +103,9 @@ class LogAppendInfo:
     num_records: int
     valid_bytes: int
     batches: list[BatchHeader]  # as written: offsets assigned, leader epoch stamped
+    #: True when the record set was a retried duplicate of a batch already in the log (SPEC 5.4):
+    #: nothing was written and first/last offset are the original batch's.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +139,7 @@ class Log:
         self.high_watermark = 0
         self.last_flush_ms = time_ms()
         self.leader_epoch_cache: LeaderEpochFileCache
+        self.producer_state = ProducerStateManager()
         self._truncations = 0  # bumped by every truncation, so a concurrent flush never over-claims
         self._dir_dirty = False  # segment files created or removed since the last directory fsync
         self._closed = False
@@ -250,12 +268,14 @@ class Log:
         self.high_watermark = self.log_start_offset
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._load_producer_state()
         log.info(
-            "%s: loaded %d segment(s), log start offset %d, log end offset %d%s",
+            "%s: loaded %d segment(s), log start offset %d, log end offset %d, %d producer(s)%s",
             self.dir,
             len(segments),
             self.log_start_offset,
             self._leo,
+            len(self.producer_state),
             "" if clean_shutdown else f", recovered {len(recovered)} segment(s)",
         )
 
@@ -318,10 +338,30 @@ class Log:
         return batches
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
-        """Validate, assign offsets from the LEO, stamp ``leader_epoch``, write."""
+        """Validate, check producer sequences, assign offsets from the LEO, stamp
+        ``leader_epoch``, write. A retried duplicate is not written: the answer carries the
+        original offsets and ``duplicate=True`` (SPEC 5.4)."""
         batches = self._validate(records, as_leader=True)
         with self._lock:
             self._check_open()
+            original = self.producer_state.check_append(header for _, header in batches)
+            if original is not None:
+                log.debug(
+                    "%s: duplicate batch of offsets %d..%d not appended again",
+                    self.dir,
+                    original.first_offset,
+                    original.last_offset,
+                )
+                return LogAppendInfo(
+                    first_offset=original.first_offset,
+                    last_offset=original.last_offset,
+                    max_timestamp=-1,
+                    offset_of_max_timestamp=original.last_offset,
+                    num_records=original.last_offset - original.first_offset + 1,
+                    valid_bytes=0,
+                    batches=[],
+                    duplicate=True,
+                )
             buf = bytearray(records)
             offset = self._leo
             stamped: list[tuple[int, BatchHeader]] = []
@@ -361,7 +401,9 @@ class Log:
         segment.append(buf, batches)
         self._leo = segment.next_offset
         max_timestamp, offset_of_max = -1, first.base_offset
+        update_producer = self.producer_state.update
         for _, header in batches:
+            update_producer(header)
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
         info = LogAppendInfo(
@@ -409,6 +451,8 @@ class Log:
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
+        # No batch lies in [LEO, base_offset): the state is the state as of the new segment's base.
+        self._write_producer_snapshot(base_offset)
         log.info("%s: rolled a new segment at offset %d (%s)", self.dir, base_offset, reason)
         return segment
 
@@ -495,6 +539,10 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._leo:
+                # No record to remove, but an epoch entry starting at the LEO (we led an epoch and
+                # wrote nothing in it) conflicts with the new leader: drop it, as Kafka does, or
+                # KIP-279's "truncate and ask again" would ask about that epoch forever.
+                self.leader_epoch_cache.truncate_from_end(self._leo)
                 return
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
@@ -507,6 +555,7 @@ class Log:
             self._segments[-1].truncate_to(offset)
             self._leo = self._segments[-1].next_offset
             self._after_truncation()
+            self._load_producer_state()
             log.info("%s: truncated from log end offset %d to %d", self.dir, old_leo, self._leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -522,6 +571,9 @@ class Log:
             self.log_start_offset = offset
             self.leader_epoch_cache.clear()
             self._after_truncation()
+            for _, path in self._snapshot_files():
+                path.unlink(missing_ok=True)
+            self.producer_state.clear(offset)
             self.high_watermark = offset
             self.recovery_point = offset
             log.info("%s: truncated fully, the log now starts at offset %d", self.dir, offset)
@@ -599,7 +651,72 @@ class Log:
         if self._segments[0].base_offset > self.log_start_offset:
             self.log_start_offset = self._segments[0].base_offset
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        # Snapshots go with their segments; the one at the first remaining segment's base holds
+        # every producer of the deleted ones (KIP-360: producer state outlives retention).
+        for offset, path in self._snapshot_files():
+            if offset < self._segments[0].base_offset:
+                path.unlink(missing_ok=True)
         return len(doomed)
+
+    # ------------------------------------------------------------------ producer state (SPEC 5.4)
+
+    def _snapshot_files(self) -> list[tuple[int, Path]]:
+        """(offset, path) of every ``<offset>.snapshot`` file, by offset."""
+        found = []
+        for path in self.dir.glob("*" + SNAPSHOT_SUFFIX):
+            if SEGMENT_STEM.match(path.stem):
+                found.append((int(path.stem), path))
+        return sorted(found)
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        """Write the state as ``<offset>.snapshot`` (temp file, then rename). Not fsynced, as in
+        Kafka's roll path: a snapshot a crash tore fails its CRC and an older one is used."""
+        self.producer_state.map_end_offset = offset
+        path = self.dir / (segment_name(offset) + SNAPSHOT_SUFFIX)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_bytes(self.producer_state.to_bytes())
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("%s: cannot write producer snapshot %s: %s", self.dir, path.name, e)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def take_producer_snapshot(self) -> None:
+        """Snapshot the producer state at the log end offset (the log manager does it at clean
+        shutdown, so the next start replays nothing)."""
+        with self._lock:
+            self._check_open()
+            self._write_producer_snapshot(self._leo)
+
+    def _load_producer_state(self) -> None:
+        """Rebuild the producer state: the newest valid snapshot at or below the log end offset
+        (snapshots above it describe batches no longer in the log and are deleted), then every
+        batch header after it. Without a snapshot: every batch header from the first segment."""
+        state: ProducerStateManager | None = None
+        for offset, path in reversed(self._snapshot_files()):
+            if offset > self._leo:
+                path.unlink(missing_ok=True)
+                self._dir_dirty = True
+                continue
+            if state is not None:
+                continue
+            try:
+                state = ProducerStateManager.from_bytes(path.read_bytes())
+            except (OSError, CorruptSnapshot) as e:
+                log.warning("%s: ignoring producer snapshot %s: %s", self.dir, path.name, e)
+                path.unlink(missing_ok=True)
+                continue
+            state.map_end_offset = offset
+        if state is None:
+            state = ProducerStateManager(self._segments[0].base_offset)
+        start = state.map_end_offset
+        if start < self._leo:
+            for segment in self._segments[max(0, bisect_right(self._bases, start) - 1) :]:
+                for header in segment.batch_headers(start):
+                    state.update(header)
+        state.map_end_offset = self._leo
+        self.producer_state = state
 
     # ------------------------------------------------------------------ durability and lifecycle
 

@@ -189,8 +189,8 @@ class LogManager:
                 log.exception("flushing %s failed", lg.dir)
 
     def shutdown(self) -> None:
-        """Flush everything, write the three checkpoints, close the logs, then mark every log dir
-        as cleanly shut down."""
+        """Flush everything, write the three checkpoints, snapshot each log's producer state,
+        close the logs, then mark every log dir as cleanly shut down."""
         with self._lock:
             logs = list(self._logs.values())
             for lg in logs:
@@ -198,6 +198,7 @@ class LogManager:
             for log_dir in self.log_dirs:
                 self._write_checkpoints(log_dir)
             for lg in logs:
+                lg.take_producer_snapshot()  # SPEC 5.4: the next start replays no batch header
                 lg.close()
             for log_dir in self.log_dirs:
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()

@@ -299,6 +299,14 @@ class LogSegment:
             yield pos, header
             pos += header.size
 
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches whose last offset is >= ``from_offset``, in order, read
+        without decoding any record (the log rebuilds its producer state with them)."""
+        _, position = self.index.lookup(from_offset)
+        for _, header in self._scan_headers(position):
+            if header.last_offset >= from_offset:
+                yield header
+
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset``, or None."""
         _, position = self.index.lookup(offset)

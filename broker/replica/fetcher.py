@@ -172,7 +172,10 @@ class ReplicaFetcher:
 
     def _apply_truncation(self, tp: TopicPartition, offset: int, why: str) -> None:
         log_ = self.rm.get_log(tp)
-        if log_ is None or offset >= log_.log_end_offset:
+        if log_ is None:
+            return
+        if offset >= log_.log_end_offset:
+            log_.truncate_to(offset)  # removes no record, only an epoch entry that starts at the LEO
             return
         log.info("%s: truncating %s-%s from LEO %d to %d (%s)", self.name, *tp, log_.log_end_offset, offset, why)
         self.rm.state_change_log(

@@ -11,11 +11,18 @@ That keeps the rules of seed 001 testable step by step:
 * The partition HW is the minimum LEO over the leader and every replica that is in the ISR
   or caught up within the lag time, and it only moves forward.
 * A follower's HW is min(its own LEO, the HW in the leader's fetch response).
+* ISR changes (SPEC 5.4): the leader drops followers that have not caught up within the lag
+  time and re-adds a follower whose LEO reached the HW and the current epoch's start offset.
+  The decision is an :class:`IsrChange`; the caller writes it to ZooKeeper conditionally on
+  the state znode's zkVersion and applies it here only when that write succeeded
+  (:meth:`Partition.complete_isr_update`), so a deposed leader never shrinks the ISR to itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from client.protocol.api import NO_LEADER
 
@@ -74,6 +81,25 @@ class PartitionState:
         )
 
 
+class IsrChangeKind(Enum):
+    SHRINK = "shrink"
+    EXPAND = "expand"
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """A leader's proposed ISR change, based on the state it knew (leader epoch and zkVersion):
+    the conditional write's compare-and-set token and the guard when applying its result."""
+
+    kind: IsrChangeKind
+    old_isr: tuple[int, ...]
+    new_isr: tuple[int, ...]
+    replicas: tuple[int, ...]  # the followers dropped (shrink) or added (expand)
+    leader: int
+    leader_epoch: int
+    zk_version: int
+
+
 @dataclass
 class Partition:
     topic: str
@@ -87,6 +113,7 @@ class Partition:
     isr: frozenset[int] = frozenset()
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote_replicas: dict[int, RemoteReplica] = field(default_factory=dict)
+    isr_update_in_flight: bool = False  # one conditional ISR write at a time per partition
 
     @property
     def key(self) -> tuple[str, int]:
@@ -132,7 +159,9 @@ class Partition:
 
     # -- leader side: follower fetches and the high watermark (seed 001) ----------------------
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> bool:
+    def update_follower_fetch(
+        self, replica_id: int, fetch_offset: int, leader_log_end_offset: int, now_ms: int
+    ) -> bool:
         """Record a follower's FETCH. Returns False if the replica is not assigned here."""
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
@@ -141,7 +170,11 @@ class Partition:
         return True
 
     def high_watermark_candidate(
-        self, leader_log_end_offset: int, current_high_watermark: int, now_ms: int, replica_lag_time_max_ms: int
+        self,
+        leader_log_end_offset: int,
+        current_high_watermark: int,
+        now_ms: int,
+        replica_lag_time_max_ms: int,
     ) -> int:
         """The new leader HW: min LEO over the leader and replicas in the ISR or caught up within
         the lag time; never below the current HW (the HW only moves forward)."""
@@ -151,11 +184,17 @@ class Partition:
                 now_ms - replica.last_caught_up_time_ms <= replica_lag_time_max_ms
             )
             if counts:
-                leo = replica.log_end_offset if replica.log_end_offset != UNKNOWN_OFFSET else current_high_watermark
+                leo = (
+                    replica.log_end_offset
+                    if replica.log_end_offset != UNKNOWN_OFFSET
+                    else current_high_watermark
+                )
                 candidate = min(candidate, leo)
         return max(candidate, current_high_watermark)
 
-    def out_of_sync_replicas(self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int) -> set[int]:
+    def out_of_sync_replicas(
+        self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int
+    ) -> set[int]:
         """ISR members that have not caught up within the lag time (Kafka's getOutOfSyncReplicas)."""
         stale = set()
         for replica_id in self.isr:
@@ -177,6 +216,71 @@ class Partition:
             and replica.log_end_offset >= high_watermark
             and replica.log_end_offset >= self.leader_epoch_start_offset
         )
+
+    # -- leader side: ISR shrink and expand (SPEC 5.4; Kafka's maybeShrinkIsr / maybeExpandIsr) ------
+
+    def ordered_isr(self, members: Iterable[int]) -> tuple[int, ...]:
+        """ISR members in assignment order (strays last, sorted), as the state znode lists them."""
+        members = set(members)
+        ordered = [r for r in self.assigned_replicas if r in members]
+        return (*ordered, *sorted(members.difference(ordered)))
+
+    def shrink_isr_decision(
+        self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int
+    ) -> IsrChange | None:
+        """The ISR without its out-of-sync followers, or None when nothing changes, this broker
+        is not the leader, or an ISR write is already in flight. The leader is never dropped."""
+        if not self.is_leader or self.isr_update_in_flight:
+            return None
+        stale = self.out_of_sync_replicas(now_ms, replica_lag_time_max_ms, leader_log_end_offset)
+        stale.discard(self.local_broker_id)
+        if not stale:
+            return None
+        return self._isr_change(IsrChangeKind.SHRINK, self.isr - stale, stale)
+
+    def expand_isr_decision(self, replica_id: int, high_watermark: int) -> IsrChange | None:
+        """The ISR plus ``replica_id`` when that follower may rejoin (:meth:`can_join_isr`), else None."""
+        if (
+            not self.is_leader
+            or self.isr_update_in_flight
+            or not self.can_join_isr(replica_id, high_watermark)
+        ):
+            return None
+        return self._isr_change(IsrChangeKind.EXPAND, self.isr | {replica_id}, {replica_id})
+
+    def _isr_change(self, kind: IsrChangeKind, new_isr: Iterable[int], replicas: Iterable[int]) -> IsrChange:
+        return IsrChange(
+            kind=kind,
+            old_isr=self.ordered_isr(self.isr),
+            new_isr=self.ordered_isr(new_isr),
+            replicas=tuple(sorted(replicas)),
+            leader=self.local_broker_id,
+            leader_epoch=self.leader_epoch,
+            zk_version=self.zk_version,
+        )
+
+    def begin_isr_update(self, change: IsrChange) -> None:
+        """Mark the conditional write of ``change`` as in flight (no second one meanwhile)."""
+        self.isr_update_in_flight = True
+
+    def complete_isr_update(self, change: IsrChange, written_zk_version: int | None) -> bool:
+        """Apply a finished ISR write. ``written_zk_version`` is the state znode's new version, or
+        None when the conditional write failed (BADVERSION, no znode, no ZooKeeper): then the
+        in-memory ISR stays as it was. A result is also dropped when a LeaderAndIsr moved the
+        partition on meanwhile (another epoch or zkVersion, or no longer leader): the
+        controller's word is newer. Returns True when the ISR changed here."""
+        self.isr_update_in_flight = False
+        if written_zk_version is None:
+            return False
+        if (
+            not self.is_leader
+            or self.leader_epoch != change.leader_epoch
+            or self.zk_version != change.zk_version
+        ):
+            return False
+        self.isr = frozenset(change.new_isr)
+        self.zk_version = written_zk_version
+        return True
 
 
 def follower_high_watermark(local_log_end_offset: int, leader_high_watermark: int) -> int:

@@ -19,6 +19,7 @@ from broker.log import Log, LogManager
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from broker.replica.isr_manager import IsrManager, IsrStore
 from broker.replica.partition import Partition, PartitionState
 from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from client.protocol.errors import ErrorCode, KafkaError
@@ -46,6 +47,7 @@ class ReplicaManager:
         time_ms: Callable[[], int],
         state_change_log: Callable[[dict], None],
         topic_config_source: TopicConfigSource,
+        isr_store: IsrStore | None = None,
     ) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -61,6 +63,14 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
         self.fetchers = None  # set by the server: ReplicaFetcherManager (kept optional for unit tests)
+        # Leader-side ISR shrink/expand (SPEC 5.4); without a store (some unit tests) the ISR only
+        # changes through LeaderAndIsr.
+        self.isr_manager: IsrManager | None = None
+        if isr_store is not None:
+            lag_ms = config["replica.lag.time.max.ms"]
+            self.isr_manager = IsrManager(
+                isr_store, self.broker_id, lag_ms, time_ms, state_change_log, self._on_isr_changed
+            )
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -235,6 +245,32 @@ class ReplicaManager:
             return True
         return False
 
+    # -- ISR shrink / expand / propagation (SPEC 5.4; the ZooKeeper side is isr_manager.py) ------------
+
+    def maybe_shrink_isr(self) -> int:
+        """isr-expiration: drop out-of-sync followers from the ISR of every partition led here."""
+        if self.isr_manager is None:
+            return 0
+        leaders = []
+        for tp, partition in self.partitions.items():
+            log_ = self.get_log(tp) if partition.is_leader else None
+            if log_ is not None:
+                leaders.append((partition, log_))
+        return self.isr_manager.maybe_shrink_isr(leaders)
+
+    async def maybe_propagate_isr_changes(self) -> None:
+        """isr-change-propagation: announce recent ISR changes to the controller."""
+        if self.isr_manager is not None:
+            await self.isr_manager.maybe_propagate_isr_changes()
+
+    def _on_isr_changed(self, partition: Partition) -> None:
+        """After an applied ISR change: the HW may move (seed 001: it is re-evaluated on ISR
+        shrink), and parked acks=all requests may complete or fail below min.insync.replicas."""
+        log_ = self.get_log(partition.key)
+        if log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader:
+            self.maybe_increment_high_watermark(partition, log_)
+        self._wake(partition.key)
+
     def _wake(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
@@ -288,6 +324,8 @@ class ReplicaManager:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}")
                 partition.update_follower_fetch(replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms())
                 self.maybe_increment_high_watermark(partition, log_)
+                if self.isr_manager is not None:
+                    self.isr_manager.maybe_expand_isr(partition, replica_id, log_)
             limit = None if is_follower else log_.high_watermark
             data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=limit, min_one_message=True)
             return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
@@ -369,5 +407,7 @@ class ReplicaManager:
         self.log_manager.checkpoint_high_watermarks()
 
     def shutdown(self) -> None:
+        if self.isr_manager is not None:
+            self.isr_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()

@@ -74,6 +74,11 @@ def cluster() -> None:
     show_default=True,
     help="Seconds to wait for registration.",
 )
+@click.option(
+    "--netns",
+    is_flag=True,
+    help="Run each broker in its own network namespace (root only), so `cluster isolate` can partition it.",
+)
 def up(
     brokers: int,
     data_dir: Path,
@@ -81,6 +86,7 @@ def up(
     base_port: int,
     configs: tuple[str, ...],
     timeout: float,
+    netns: bool,
 ) -> None:
     """Start ZooKeeper and N brokers; wait until all are registered and a controller is elected."""
     from chaos.local_cluster import LocalCluster
@@ -89,7 +95,12 @@ def up(
     with _runner_errors():
         runner = LocalCluster(data_dir, progress=_echo)
         state = runner.up(
-            brokers, zookeeper_port=zookeeper_port, base_port=base_port, overrides=overrides, timeout=timeout
+            brokers,
+            zookeeper_port=zookeeper_port,
+            base_port=base_port,
+            overrides=overrides,
+            timeout=timeout,
+            netns=netns,
         )
     click.echo(f"bootstrap servers: {state.bootstrap}")
 
@@ -144,7 +155,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
     "--timeout", type=click.FloatRange(min=0), default=30, show_default=True, help="Seconds before SIGKILL."
 )
 def down(data_dir: Path, timeout: float) -> None:
-    """SIGTERM every broker (SIGKILL after --timeout), stop ZooKeeper; keep the data."""
+    """Stop every broker (SIGINT: a clean stop without controlled shutdown; SIGKILL after --timeout), then ZooKeeper; keep the data."""
     from chaos.local_cluster import LocalCluster
 
     with _runner_errors():
@@ -168,6 +179,19 @@ def kill(broker_id: int, data_dir: Path, signal_name: str) -> None:
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).kill(broker_id, signal_name.upper())
+
+
+@cluster.command()
+@click.argument("broker_id", metavar="ID", type=int)
+@data_dir_option
+@click.option("--heal", is_flag=True, help="Reconnect the broker instead of cutting it off.")
+def isolate(broker_id: int, data_dir: Path, heal: bool) -> None:
+    """Cut broker ID off the network (ZooKeeper, other brokers, clients); --heal reconnects it.
+    Needs a cluster started with `cluster up --netns`."""
+    from chaos.local_cluster import LocalCluster
+
+    with _runner_errors():
+        LocalCluster.load(data_dir, progress=_echo).isolate(broker_id, cut=not heal)
 
 
 @cluster.command()

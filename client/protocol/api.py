@@ -226,6 +226,12 @@ REQUESTS: dict[ApiKey, Any] = {
         "validate_only": Opt("bool", False),
     },
     ApiKey.DELETE_TOPICS: {"topics": Array("str"), "timeout_ms": Opt("int", 30000)},
+    # SPEC 5.4 "Idempotent producer": Kafka's InitProducerId v0. Only transactional_id = nil
+    # (the idempotent producer) is served: there are no transactions.
+    ApiKey.INIT_PRODUCER_ID: {
+        "transactional_id": Nullable("str"),
+        "transaction_timeout_ms": "int",
+    },
 }
 
 RESPONSES: dict[ApiKey, Any] = {
@@ -296,6 +302,12 @@ RESPONSES: dict[ApiKey, Any] = {
     },
     ApiKey.DELETE_TOPICS: {
         "topics": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))})
+    },
+    ApiKey.INIT_PRODUCER_ID: {
+        "throttle_time_ms": Opt("int", 0),
+        "error_code": "int",
+        "producer_id": "int",
+        "producer_epoch": "int",
     },
 }
 

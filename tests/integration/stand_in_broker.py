@@ -4,7 +4,7 @@ It is NOT a broker: it takes the broker's command line (``--config FILE [--overr
 reads the Kafka properties the runner wrote, listens on its port (accepting and dropping
 connections), registers ``/brokers/ids/<id>`` as an ephemeral znode, and runs a naive controller
 election (ephemeral ``/controller``, then ``/controller_epoch`` + 1; not fenced). It re-registers
-after its session expires (SIGSTOP longer than the session timeout), and on SIGTERM closes its
+after its session expires (SIGSTOP longer than the session timeout), and on SIGTERM or SIGINT closes its
 session (ephemerals go at once) and exits 0. Used only by
 tests/integration/test_local_cluster.py::test_runner_with_stand_in_broker and its neighbours.
 """
@@ -52,7 +52,8 @@ def main() -> None:
     threading.Thread(target=lambda: [listener.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT):  # TERM: `cluster kill --signal TERM`; INT: `cluster down`
+        signal.signal(sig, lambda *_: stop.set())
     timeout_s = int(props.get("zookeeper.session.timeout.ms", "6000")) / 1000
     zk = KazooClient(hosts=props["zookeeper.connect"], timeout=timeout_s)
     zk.start(30)

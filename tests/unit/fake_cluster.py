@@ -3,9 +3,14 @@
 Not a broker: no replication, no disk, one asyncio server per node id sharing one dict of
 partition logs. It validates every request body against api.py (so a client sending a wrong
 shape fails the test), answers Metadata / Produce / Fetch / ListOffsets / CreateTopics /
-DeleteTopics / ApiVersions, stamps offsets into the batches it stores (as a leader would), and
-lets a test inject faults: per-partition error codes for the next produce or fetch attempts,
-dropping a connection, moving a leader, moving the controller, delaying produce responses.
+DeleteTopics / ApiVersions / InitProducerId, stamps offsets into the batches it stores (as a
+leader would), and lets a test inject faults: per-partition error codes for the next produce or
+fetch attempts, dropping a connection before or after handling a request (a lost request or a
+lost response), moving a leader, moving the controller, delaying produce responses.
+
+Idempotent batches go through the broker's own producer-state rules
+(:class:`broker.log.producer_state.ProducerStateManager`, SPEC 5.4): a duplicate is answered
+with its original offsets and not stored again, a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER.
 """
 
 from __future__ import annotations
@@ -15,10 +20,17 @@ import contextlib
 import struct
 from dataclasses import dataclass, field
 
+from broker.log.producer_state import ProducerStateManager
 from client.protocol import api, framing
 from client.protocol.api import ApiKey
-from client.protocol.errors import ErrorCode, ProtocolError
-from client.protocol.records import decode_records, iter_batches, set_base_offset, set_partition_leader_epoch
+from client.protocol.errors import ErrorCode, KafkaError, ProtocolError
+from client.protocol.records import (
+    decode_records,
+    iter_batches,
+    parse_header,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
 
 
 @dataclass
@@ -29,6 +41,7 @@ class FakePartition:
     batches: list[tuple[int, bytes]] = field(default_factory=list)  # (base offset, stamped batch)
     leo: int = 0
     log_start: int = 0
+    producer_state: ProducerStateManager = field(default_factory=ProducerStateManager)
 
 
 @dataclass
@@ -49,6 +62,9 @@ class FakeCluster:
         self.produce_errors: dict[tuple[str, int], list[int]] = {}
         self.fetch_errors: dict[tuple[str, int], list[int]] = {}
         self.drop_next: set[ApiKey] = set()
+        self.drop_response_next: set[ApiKey] = set()  # handle the request, then drop the connection
+        self.next_producer_id = 1000
+        self.init_producer_id_errors: list[int] = []
         self.produce_delay = 0.0
         self.down: set[int] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -130,6 +146,9 @@ class FakeCluster:
                         self.drop_next.discard(key)
                         return
                     response = await getattr(self, f"_{key.name.lower()}")(node, body)
+                    if key in self.drop_response_next:
+                        self.drop_response_next.discard(key)
+                        return
                 if response is not None:
                     writer.write(framing.encode_response(header.correlation_id, response))
                     await writer.drain()
@@ -208,13 +227,22 @@ class FakeCluster:
                 elif injected:
                     code = injected.pop(0)
                 else:
-                    base = part.leo
                     buf = bytearray(p["records"])
-                    for pos, header in list(iter_batches(buf)):
-                        set_base_offset(buf, pos, part.leo)
-                        set_partition_leader_epoch(buf, pos, part.leader_epoch)
-                        part.batches.append((part.leo, bytes(buf[pos : pos + header.size])))
-                        part.leo += header.last_offset_delta + 1
+                    batches = list(iter_batches(buf))
+                    try:
+                        duplicate = part.producer_state.check_append(h for _, h in batches)
+                    except KafkaError as exc:
+                        code, duplicate = exc.code, None
+                    if duplicate is not None:
+                        base = duplicate.first_offset
+                    elif not code:
+                        base = part.leo
+                        for pos, header in batches:
+                            set_base_offset(buf, pos, part.leo)
+                            set_partition_leader_epoch(buf, pos, part.leader_epoch)
+                            part.batches.append((part.leo, bytes(buf[pos : pos + header.size])))
+                            part.producer_state.update(parse_header(buf, pos))
+                            part.leo += header.last_offset_delta + 1
                 parts.append(
                     {
                         "partition": p["partition"],
@@ -303,6 +331,13 @@ class FakeCluster:
                 parts.append(entry)
             out.append({"topic": t["topic"], "partitions": parts})
         return {"topics": out}
+
+    async def _init_producer_id(self, node: int, body: dict) -> dict:
+        if self.init_producer_id_errors:
+            return {"error_code": self.init_producer_id_errors.pop(0), "producer_id": -1, "producer_epoch": -1}
+        producer_id = self.next_producer_id
+        self.next_producer_id += 1
+        return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
 
     async def _create_topics(self, node: int, body: dict) -> dict:
         out = []

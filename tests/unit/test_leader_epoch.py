@@ -73,7 +73,7 @@ def test_end_offset_for_seed_002_example(path: Path):
     assert cache.end_offset_for(1, leo) == (1, 80)  # seed 002: follower at epoch 1 is told 80
     assert cache.end_offset_for(2, leo) == (2, 120)
     assert cache.end_offset_for(3, leo) == (3, leo)  # the latest epoch: the LEO
-    assert cache.end_offset_for(0, leo) == (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+    assert cache.end_offset_for(0, leo) == (0, 20)  # older than any known epoch: the first epoch's start
     assert cache.end_offset_for(4, leo) == (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
     assert cache.end_offset_for(UNDEFINED_EPOCH, leo) == (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 

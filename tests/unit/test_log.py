@@ -214,8 +214,8 @@ def test_truncate_across_segments(tmp_path: Path, clock: Clock):
     assert [s.base_offset for s in log.segments] == [0, 4]
     assert log.log_end_offset == 6
     assert {p.name for p in log.dir.iterdir()} == files_before - {
-        f"{b:020d}.{ext}" for b in (8, 12) for ext in ("log", "index", "timeindex")
-    }
+        f"{b:020d}.{ext}" for b in (8, 12) for ext in ("log", "index", "timeindex", "snapshot")
+    }  # the producer snapshots written at the rolls to 8 and 12 go with those segments (SPEC 5.4)
     assert [e.epoch for e in log.leader_epoch_cache.entries] == [1, 2, 3]
     assert log.append_as_leader(one, 9).first_offset == 6
     assert [o for o, _ in contents(log.read(4, 1 << 20).records)] == [4, 5, 6, 7]

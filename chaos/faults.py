@@ -1,0 +1,130 @@
+"""The fault vocabulary on two backends (SPEC 8 "Local runner" and the docker-compose bullet).
+
+Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on either:
+
+* ``crash`` / ``restart``: SIGKILL a broker, start it again with its data;
+* ``pause`` / ``resume``: SIGSTOP / SIGCONT (a GC pause longer than the session timeout);
+* ``terminate``: SIGTERM, a controlled shutdown (leaderships move away first), then exit;
+* ``isolate`` / ``heal``: cut a broker off the network and reconnect it.
+
+The local backend drives ``chaos.local_cluster.LocalCluster`` (processes on this machine; a
+network partition needs the brokers in network namespaces: see ``chaos.netns``); the docker
+backend drives the compose cluster's containers with the docker CLI (``docker kill``,
+``docker pause``, ``docker stop``, ``docker network disconnect``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from chaos.local_cluster import LocalCluster
+
+
+class FaultBackend(Protocol):
+    name: str
+
+    def broker_ids(self) -> list[int]: ...
+    def crash(self, broker_id: int) -> None: ...
+    def restart(self, broker_id: int) -> None: ...
+    def pause(self, broker_id: int) -> None: ...
+    def resume(self, broker_id: int) -> None: ...
+    def terminate(self, broker_id: int) -> None: ...
+    def isolate(self, broker_id: int) -> None: ...
+    def heal(self, broker_id: int) -> None: ...
+    def can_partition(self) -> bool: ...
+
+
+class FaultUnsupported(RuntimeError):
+    pass
+
+
+class LocalBackend:
+    """Faults on a local cluster's broker processes."""
+
+    name = "local"
+
+    def __init__(self, cluster: LocalCluster, isolate: Callable[[int, bool], None] | None = None) -> None:
+        self.cluster = cluster
+        self._isolate = isolate  # set when the brokers run in network namespaces
+
+    def broker_ids(self) -> list[int]:
+        return sorted(self.cluster._require_state().brokers)
+
+    def crash(self, broker_id: int) -> None:
+        self.cluster.kill(broker_id, "KILL")
+
+    def restart(self, broker_id: int) -> None:
+        self.cluster.start(broker_id, timeout=90)
+
+    def pause(self, broker_id: int) -> None:
+        self.cluster.kill(broker_id, "STOP")
+
+    def resume(self, broker_id: int) -> None:
+        self.cluster.kill(broker_id, "CONT")
+
+    def terminate(self, broker_id: int) -> None:
+        self.cluster.stop(broker_id, timeout=60)
+
+    def can_partition(self) -> bool:
+        return self._isolate is not None
+
+    def isolate(self, broker_id: int) -> None:
+        if self._isolate is None:
+            raise FaultUnsupported("network partitions need the brokers in network namespaces (run as root)")
+        self._isolate(broker_id, True)
+
+    def heal(self, broker_id: int) -> None:
+        if self._isolate is not None:
+            self._isolate(broker_id, False)
+
+
+Runner = Callable[[Sequence[str]], None]
+
+
+def run_checked(argv: Sequence[str]) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True, text=True, timeout=120)
+
+
+class DockerBackend:
+    """Faults on the docker-compose cluster (docker-compose.yml: containers
+    ``floodmark-broker-<id>`` on the network ``floodmark``)."""
+
+    name = "docker"
+
+    def __init__(self, brokers: int = 3, network: str = "floodmark", run: Runner = run_checked) -> None:
+        self.brokers = brokers
+        self.network = network
+        self._run = run
+
+    @staticmethod
+    def container(broker_id: int) -> str:
+        return f"floodmark-broker-{broker_id}"
+
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    def crash(self, broker_id: int) -> None:
+        self._run(["docker", "kill", "--signal", "KILL", self.container(broker_id)])
+
+    def restart(self, broker_id: int) -> None:
+        self._run(["docker", "start", self.container(broker_id)])
+
+    def pause(self, broker_id: int) -> None:
+        self._run(["docker", "pause", self.container(broker_id)])
+
+    def resume(self, broker_id: int) -> None:
+        self._run(["docker", "unpause", self.container(broker_id)])
+
+    def terminate(self, broker_id: int) -> None:
+        self._run(["docker", "stop", "--time", "60", self.container(broker_id)])
+
+    def can_partition(self) -> bool:
+        return True
+
+    def isolate(self, broker_id: int) -> None:
+        self._run(["docker", "network", "disconnect", self.network, self.container(broker_id)])
+
+    def heal(self, broker_id: int) -> None:
+        self._run(["docker", "network", "connect", self.network, self.container(broker_id)])

@@ -1,0 +1,84 @@
+"""A seeded fault schedule (SPEC 8, issue 4 item 3): the same seed and duration always give
+the same list of faults, so a failing chaos run can be replayed.
+
+Sans-IO: this module only decides *what* happens *when*; ``chaos.faults`` does it. Targets are
+roles ("the leader of partition 3", "the controller", "broker 2"), resolved against the live
+cluster at the moment the fault fires, because who leads depends on what happened before.
+
+The fault kinds are the ones SPEC 8 names:
+
+========== =============================================== ==========================================
+kind       what it does                                    what it imitates
+========== =============================================== ==========================================
+kill       SIGKILL a partition leader, restart it later     a crash (seed 000 "Broker Failover")
+controller SIGKILL the active controller, restart it later  controller failover (seed 000, 12 steps)
+pause      SIGSTOP longer than the ZooKeeper session, CONT  a long GC pause: the session expires
+term       SIGTERM (controlled shutdown), restart later     a rolling restart
+partition  isolate a broker's network, heal later (root)    a network partition
+========== =============================================== ==========================================
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+FAULT_KINDS = ("kill", "controller", "pause", "term", "partition")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: start ``at_s`` seconds into the run, last ``duration_s`` (then heal/restart)."""
+
+    at_s: float
+    kind: str
+    partition: int  # whose leader a "kill"/"partition" targets; unused by the others
+    duration_s: float
+
+    def describe(self) -> str:
+        what = {
+            "kill": f"SIGKILL the leader of partition {self.partition}",
+            "controller": "SIGKILL the controller",
+            "pause": f"SIGSTOP the leader of partition {self.partition}",
+            "term": f"SIGTERM (controlled shutdown) the leader of partition {self.partition}",
+            "partition": f"cut the leader of partition {self.partition} off the network",
+        }[self.kind]
+        return f"t+{self.at_s:.1f}s: {what} for {self.duration_s:.1f}s"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_fault_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown fault kind(s) {unknown or [text]}: choose from {', '.join(FAULT_KINDS)}")
+    return kinds
+
+
+def make_schedule(
+    seed: int,
+    duration_s: float,
+    kinds: tuple[str, ...],
+    partitions: int,
+    pause_s: float,
+    settle_s: float = 4.0,
+) -> list[Fault]:
+    """Faults one after another, never overlapping, with ``settle_s`` of calm between them, each
+    kind appearing at least once when the duration allows (in a seeded order), then more drawn at
+    random. The last fault ends ``settle_s`` before ``duration_s`` so the run ends healed.
+    ``pause_s`` is the length of a pause: longer than the ZooKeeper session timeout."""
+    rng = random.Random(seed)
+    order = list(kinds)
+    rng.shuffle(order)
+    faults: list[Fault] = []
+    t = settle_s
+    while True:
+        kind = order[len(faults)] if len(faults) < len(order) else rng.choice(kinds)
+        length = pause_s if kind == "pause" else rng.uniform(3.0, 8.0)
+        if t + length + settle_s > duration_s:
+            break
+        faults.append(Fault(round(t, 3), kind, rng.randrange(partitions), round(length, 3)))
+        t += length + rng.uniform(settle_s, 2 * settle_s)
+    return faults

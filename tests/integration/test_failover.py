@@ -1,0 +1,201 @@
+"""Issue 3 on a real cluster: broker failure, leader election by SPEC 4's rules, controlled
+shutdown, fencing by controller epoch, and unclean leader election (seed 000 "Broker Failover",
+seed 003 "所有replica都不工作"). After each scenario every replica holds byte-identical batches
+below the high watermark."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from client.connection import BrokerConnection
+from client.protocol.api import ApiKey
+from client.protocol.errors import ErrorCode
+from tests.integration.cluster_fixtures import start_cluster
+from tests.integration.failover_helpers import (
+    assert_replicas_identical,
+    create_topic,
+    describe,
+    eventually,
+    high_watermarks,
+    partition_state,
+    produce_values,
+    read_all,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = start_cluster(tmp_path / "cluster", brokers=3, overrides={"replica.lag.time.max.ms": "4000"})
+    yield c
+    c.down()
+
+
+def values(prefix: str, n: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(n)]
+
+
+def assert_all_acknowledged_present(acked: list[tuple[int, int, bytes]], logs: dict[int, list]) -> None:
+    stored = {(p, offset): value for p, records in logs.items() for offset, value in records}
+    missing = [(p, o, v) for p, o, v in acked if stored.get((p, o)) != v]
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:3]}"
+    for records in logs.values():
+        offsets = [o for o, _ in records]
+        assert offsets == sorted(set(offsets)), "offsets must be strictly increasing"
+
+
+async def test_leader_sigkill_elects_an_isr_member_and_keeps_every_acknowledged_record(cluster):
+    await create_topic(cluster, "fo", 3, 3, {"min.insync.replicas": "2"})
+    acked = await produce_values(cluster, "fo", values("before", 3000))
+    assert len(acked) == 3000
+    before = await partition_state(cluster, "fo", 0)
+    victim = before.leader
+
+    cluster.kill(victim, "KILL")
+
+    async def new_leader():
+        p = await partition_state(cluster, "fo", 0)
+        return p if p.leader not in (victim, -1) else None
+
+    after = await eventually(new_leader, f"a new leader for fo-0 after killing broker {victim}")
+    assert after.leader in before.isr
+    assert after.leader_epoch > before.leader_epoch
+    assert victim not in after.isr
+    # acks=all keeps working with two of three replicas (min.insync.replicas=2)
+    acked += await produce_values(cluster, "fo", values("during", 1000))
+    assert len(acked) == 4000
+    assert_all_acknowledged_present(acked, await read_all(cluster, "fo", 3))
+
+    # The killed broker restarts, truncates as needed, catches up and rejoins every ISR.
+    cluster.start(victim)
+
+    async def full_isr():
+        d = await describe(cluster, "fo")
+        return all(sorted(p.isr) == [1, 2, 3] for p in d.partitions)
+
+    await eventually(full_isr, f"broker {victim} back in every ISR of fo", timeout=60)
+    acked += await produce_values(cluster, "fo", values("after", 1000))
+    assert_all_acknowledged_present(acked, await read_all(cluster, "fo", 3))
+    assert_replicas_identical(cluster, "fo", await high_watermarks(cluster, "fo", 3))
+
+
+async def test_controlled_shutdown_moves_leadership_before_the_broker_exits(cluster):
+    await create_topic(cluster, "cs", 6, 3, {"min.insync.replicas": "2"})
+    acked = await produce_values(cluster, "cs", values("cs", 2000))
+    led_by_2 = [p.partition for p in (await describe(cluster, "cs")).partitions if p.leader == 2]
+    assert led_by_2, "placement gives every broker some leaderships"
+
+    cluster.kill(2, "TERM")
+
+    async def moved():
+        d = await describe(cluster, "cs")
+        return d if all(p.leader not in (2, -1) for p in d.partitions) else None
+
+    d = await eventually(moved, "every leadership moved off broker 2")
+    for p in d.partitions:
+        assert 2 not in p.isr
+    broker_out = (cluster.data_dir / "broker-2" / "broker.out").read_text()
+    assert "controlled shutdown succeeded" in broker_out
+    acked += await produce_values(cluster, "cs", values("cs-after", 500))
+    assert_all_acknowledged_present(acked, await read_all(cluster, "cs", 6))
+
+
+async def test_a_leader_and_isr_with_a_stale_controller_epoch_is_rejected(cluster):
+    await create_topic(cluster, "fenced", 1, 3)
+    p = await partition_state(cluster, "fenced", 0)
+    host, port = cluster.bootstrap_servers.split(",")[0].split(":")
+    connection = await BrokerConnection.open(host, int(port))
+    try:
+        stale = {
+            "controller_id": 99,
+            "controller_epoch": 0,  # the elected controller won with epoch >= 1
+            "partition_states": [
+                {
+                    "topic": "fenced", "partition": 0, "controller_epoch": 0, "leader": 1,
+                    "leader_epoch": p.leader_epoch + 10, "isr": [1], "zk_version": 99, "replicas": [1, 2, 3],
+                }
+            ],
+            "live_leaders": [],
+        }
+        response = await connection.request(ApiKey.LEADER_AND_ISR, stale)
+    finally:
+        connection.close()
+    assert response["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+    # nothing changed: the real leader and epoch stand
+    now = await partition_state(cluster, "fenced", 0)
+    assert (now.leader, now.leader_epoch) == (p.leader, p.leader_epoch)
+
+
+async def _lose_the_whole_isr(cluster, topic: str, unclean: bool):
+    """RF 2: stop the follower (the ISR shrinks to the leader), write more, stop the leader, then
+    restart only the out-of-sync follower."""
+    await create_topic(cluster, topic, 1, 2, {"unclean.leader.election.enable": str(unclean).lower()})
+    p = await partition_state(cluster, topic, 0)
+    leader, follower = p.replicas
+    assert p.leader == leader
+    await produce_values(cluster, topic, values("both", 100))
+    cluster.kill(follower, "KILL")
+
+    async def shrunk():
+        return (await partition_state(cluster, topic, 0)).isr == [leader]
+
+    await eventually(shrunk, f"ISR of {topic}-0 shrinks to [{leader}]")
+    await produce_values(cluster, topic, values("leader-only", 50), acks="1")
+    cluster.kill(leader, "KILL")
+
+    async def offline():
+        return (await partition_state(cluster, topic, 0)).leader == -1
+
+    await eventually(offline, f"{topic}-0 offline once its last ISR member died")
+    cluster.start(follower)
+    return leader, follower
+
+
+async def test_with_unclean_election_off_a_partition_whose_isr_is_dead_stays_offline(cluster):
+    leader, follower = await _lose_the_whole_isr(cluster, "clean", unclean=False)
+    # The out-of-sync follower is back, yet the partition must stay offline, ISR unchanged.
+    for _ in range(12):
+        p = await partition_state(cluster, "clean", 0)
+        assert p.leader == -1 and p.isr == [leader], p
+        await asyncio.sleep(0.25)
+    # When the last ISR member returns, it leads again with everything it had.
+    cluster.start(leader)
+
+    async def online():
+        p = await partition_state(cluster, "clean", 0)
+        return p if p.leader == leader else None
+
+    await eventually(online, "the last ISR member leads again")
+    logs = await read_all(cluster, "clean", 1)
+    assert [v for _, v in logs[0]] == values("both", 100) + values("leader-only", 50)
+
+
+async def test_with_unclean_election_on_an_out_of_sync_replica_takes_over(cluster):
+    leader, follower = await _lose_the_whole_isr(cluster, "unclean", unclean=True)
+
+    async def online():
+        p = await partition_state(cluster, "unclean", 0)
+        return p if p.leader == follower else None
+
+    p = await eventually(online, "the out-of-sync follower elected uncleanly")
+    assert p.isr == [follower]
+    logs = await read_all(cluster, "unclean", 1)
+    # The writes only the old leader had are gone: that is what unclean election costs.
+    assert [v for _, v in logs[0]] == values("both", 100)
+    acked = await produce_values(cluster, "unclean", values("new-leader", 20), acks="1")
+    assert len(acked) == 20
+
+    # The old leader returns as a follower: it truncates the writes nobody else has (by leader
+    # epoch), copies the new leader's and rejoins the ISR; both replicas then agree byte for byte.
+    cluster.start(leader)
+
+    async def rejoined():
+        return sorted((await partition_state(cluster, "unclean", 0)).isr) == sorted([leader, follower])
+
+    await eventually(rejoined, f"broker {leader} back in the ISR of unclean-0", timeout=60)
+    logs = await read_all(cluster, "unclean", 1)
+    assert [v for _, v in logs[0]] == values("both", 100) + values("new-leader", 20)
+    assert_replicas_identical(cluster, "unclean", await high_watermarks(cluster, "unclean", 1))

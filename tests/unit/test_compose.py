@@ -1,0 +1,86 @@
+"""The docker-compose cluster (SPEC 10): the file passes `docker-compose config`, and the broker
+settings it passes are valid broker configuration once the image's entrypoint renders them.
+
+There is no Docker engine on these machines, so the containers never run here; what can be
+checked without one is checked for real: the compose tool's own validation, and the real
+entrypoint script rendering a server.properties that the real BrokerConfig accepts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from broker.config import BrokerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+ENTRYPOINT = ROOT / "docker" / "broker-entrypoint.sh"
+
+
+def compose_config() -> dict:
+    tool = shutil.which("docker-compose")
+    assert tool, "docker-compose is missing: `make setup` installs Debian's docker-compose"
+    done = subprocess.run(
+        [tool, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def brokers(config: dict) -> dict[str, dict]:
+    return {name: svc for name, svc in config["services"].items() if name.startswith("broker")}
+
+
+def test_compose_validates_and_has_zookeeper_three_brokers_and_a_client_profile():
+    config = compose_config()
+    services = config["services"]
+    assert services["zookeeper"]["image"].startswith("zookeeper:3.8")
+    assert sorted(brokers(config)) == ["broker1", "broker2", "broker3"]
+    for name, svc in brokers(config).items():
+        assert svc["depends_on"]["zookeeper"]["condition"] == "service_healthy"
+        assert "healthcheck" in svc
+        assert any(v["target"] == "/var/lib/floodmark" for v in _volumes(svc)), name
+        assert svc["container_name"] == f"floodmark-broker-{name[-1]}"  # chaos/faults.py DockerBackend
+    assert "client" in services["client"]["profiles"]
+    assert config["networks"]["floodmark"]["name"] == "floodmark"
+    assert {f"broker{i}-data" for i in (1, 2, 3)} <= set(config["volumes"])
+
+
+def _volumes(svc: dict) -> list[dict]:
+    return [v if isinstance(v, dict) else {"target": v.split(":")[1]} for v in svc.get("volumes", [])]
+
+
+@pytest.mark.parametrize("service", ["broker1", "broker2", "broker3"])
+def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment(service, tmp_path):
+    svc = compose_config()["services"][service]
+    # a stand-in for floodmark-broker that keeps the rendered config instead of starting a broker
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    keep = tmp_path / "server.properties"
+    stub = bin_dir / "floodmark-broker"
+    stub.write_text(f'#!/bin/sh\ncp "$2" {keep}\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", **{k: str(v) for k, v in svc["environment"].items()}}
+    done = subprocess.run(["sh", str(ENTRYPOINT)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+    config = BrokerConfig.from_file(keep)  # raises naming any unknown key or bad value
+    assert config.broker_id == int(svc["environment"]["FLOODMARK_BROKER_ID"])
+    assert config["zookeeper.connect"] == "zookeeper:2181"
+    assert config["min.insync.replicas"] == 2 and config["default.replication.factor"] == 3
+    assert config["unclean.leader.election.enable"] is False
+    assert config.advertised_host == service
+    rendered = {line.split("=", 1)[0] for line in keep.read_text().splitlines() if "=" in line}
+    passed = {
+        k.removeprefix("FLOODMARK_CONF_").lower().replace("_", ".")
+        for k in svc["environment"]
+        if k.startswith("FLOODMARK_CONF_")
+    }
+    assert passed <= rendered

@@ -1,0 +1,357 @@
+"""docs/operations.md cannot drift from the code: its generated reference sections come from here.
+
+Three sections of docs/operations.md sit between ``<!-- BEGIN generated: NAME -->`` and
+``<!-- END generated: NAME -->`` markers and are produced by this module from the code:
+
+- ``cli``: every ``floodmark`` command and option, walked from the click tree
+  (``client.cli.main.build_cli``), with the same option text ``--help`` prints;
+- ``broker-config``: every key of ``broker.config.BROKER_PROPERTIES`` with its type, default,
+  valid values and meaning (:data:`MEANINGS`, else the property's own ``doc``);
+- ``topic-config``: every topic-level override of ``broker.config.TOPIC_TO_BROKER``.
+
+The tests check that every config key appears with its current type and default, and every
+command with all of its options, so a new key, flag or default fails the suite until the docs
+are regenerated::
+
+    .venv/bin/python tests/unit/test_docs_config.py --write     # rewrite the generated sections
+    .venv/bin/python tests/unit/test_docs_config.py             # print them
+
+Everything outside the markers is hand-written and kept as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from broker.config import BROKER_PROPERTIES, INT_MAX, LONG_MAX, TOPIC_TO_BROKER, Prop
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "operations.md"
+SECTIONS = ("cli", "broker-config", "topic-config")
+REGENERATE = ".venv/bin/python tests/unit/test_docs_config.py --write"
+
+#: What each broker property means, in Kafka's words where Kafka has the key. A key missing here
+#: falls back to the Prop's ``doc``; the test insists that every row has a meaning.
+MEANINGS: dict[str, str] = {
+    "broker.id": "This broker's id: unique in the cluster, the name of its `/brokers/ids/<id>` znode. Required.",
+    "listeners": "Where the broker listens: `PLAINTEXT://host:port` (the first entry is used).",
+    "advertised.listeners": "The address published in `/brokers/ids/<id>` and in Metadata for clients and other brokers; empty means `listeners` (a `0.0.0.0` host is advertised as 127.0.0.1).",
+    "log.dirs": "Comma-separated directories holding the partition directories and the checkpoint files.",
+    "zookeeper.connect": "ZooKeeper connect string `host:port[,host:port...][/chroot]`. Required.",
+    "zookeeper.session.timeout.ms": "ZooKeeper session timeout. A crashed broker's `/brokers/ids/<id>` (and `/controller`) disappears only when its session expires, so this bounds failure detection (ZooKeeper rounds it to its tick: 2 to 20 ticks).",
+    "zookeeper.connection.timeout.ms": "How long start-up waits for the first ZooKeeper connection.",
+    "num.network.threads": "Processors of the Reactor pipeline: connections are handed to them round-robin by the acceptor. Tasks on the broker's uvloop loop, not OS threads (docs/design.md).",
+    "num.io.threads": "Request handlers that take requests off the request channel and run the API layer (tasks on the loop).",
+    "queued.max.requests": "Capacity of the request channel's bounded queue; when it is full, processors stop reading (backpressure).",
+    "socket.request.max.bytes": "Largest request frame accepted; a longer frame is refused before anything is allocated.",
+    "max.connections": "Most client connections the broker accepts at once; further connections are closed.",
+    "connections.max.idle.ms": "Idle connections are closed after this long.",
+    "default.replication.factor": "Replication factor of topics created without one (-1 in CreateTopics).",
+    "num.partitions": "Partition count of topics created without one.",
+    "min.insync.replicas": "With acks=all, a produce is refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than this (and a parked one fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrinks below it). Topic-level override: `min.insync.replicas`.",
+    "unclean.leader.election.enable": "Allow a replica outside the ISR to become leader when no ISR member is alive (may lose committed data; logged loudly). Off, as in Kafka 0.11+. Topic-level override of the same name.",
+    "replica.lag.time.max.ms": "A follower that has not caught up to the leader's log end offset for this long is removed from the ISR.",
+    "replica.fetch.wait.max.ms": "Longest time a follower's FETCH waits at the leader for `replica.fetch.min.bytes` of data.",
+    "replica.fetch.min.bytes": "Bytes a follower's FETCH waits for before the leader answers (up to `replica.fetch.wait.max.ms`).",
+    "replica.fetch.max.bytes": "Bytes a follower asks for per partition in one FETCH.",
+    "replica.fetch.backoff.ms": "Pause before a follower fetches again after a fetch error.",
+    "replica.socket.timeout.ms": "Timeout of a follower's requests to its leader.",
+    "replica.high.watermark.checkpoint.interval.ms": "How often each log dir's `replication-offset-checkpoint` (the high watermarks) is written.",
+    "replica.truncation.policy": "How a follower truncates before fetching from a new leader: `leader-epoch` (KIP-101/279, safe) or `high-watermark` (the pre-0.11 rule, unsafe: kept to replay seed 001's data loss and divergence).",
+    "auto.leader.rebalance.enable": "The controller periodically moves leadership back to preferred replicas when a broker's imbalance exceeds `leader.imbalance.per.broker.percentage`.",
+    "leader.imbalance.check.interval.seconds": "How often the controller checks the leader imbalance.",
+    "leader.imbalance.per.broker.percentage": "Share of a broker's preferred partitions led elsewhere above which a preferred-replica election runs.",
+    "delete.topic.enable": "Whether DeleteTopics (and `/admin/delete_topics`) really delete topics.",
+    "controlled.shutdown.enable": "On SIGTERM, ask the controller to move this broker's leaderships away before exiting.",
+    "controlled.shutdown.max.retries": "Attempts of the controlled-shutdown request before the broker shuts down anyway.",
+    "controlled.shutdown.retry.backoff.ms": "Pause between controlled-shutdown attempts.",
+    "controller.socket.timeout.ms": "Timeout of the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) to brokers.",
+    "auto.create.topics.enable": "Create a topic when Metadata asks for an unknown one (Kafka's default is true). Accepted for compatibility; at the time of writing no broker code reads it: topics are created explicitly.",
+    "request.timeout.ms": "Timeout of requests this broker sends as a client (e.g. controlled shutdown to the controller).",
+    "log.segment.bytes": "A segment rolls when it would grow past this size. Topic-level: `segment.bytes`.",
+    "log.roll.ms": "A segment rolls when its first record is older than this. Topic-level: `segment.ms`.",
+    "log.roll.hours": "`log.roll.ms` in hours; used only when `log.roll.ms` is not set.",
+    "log.retention.ms": "Segments whose newest record is older than this are deleted (-1: keep forever). Topic-level: `retention.ms`.",
+    "log.retention.hours": "`log.retention.ms` in hours; used only when `log.retention.ms` is not set.",
+    "log.retention.bytes": "Oldest segments are deleted while a partition is larger than this (-1: no limit). Topic-level: `retention.bytes`.",
+    "log.retention.check.interval.ms": "How often the retention check runs.",
+    "log.flush.interval.messages": "fsync a log after this many appended messages (default: never; durability comes from replication). Topic-level: `flush.messages`.",
+    "log.flush.interval.ms": "fsync a log when its unflushed data is older than this. Topic-level: `flush.ms`.",
+    "log.flush.scheduler.interval.ms": "How often the flusher checks `log.flush.interval.ms`.",
+    "log.flush.offset.checkpoint.interval.ms": "How often `recovery-point-offset-checkpoint` is written.",
+    "log.flush.start.offset.checkpoint.interval.ms": "How often `log-start-offset-checkpoint` is written.",
+    "log.index.interval.bytes": "Bytes of log between two entries of the sparse offset and time indexes. Topic-level: `index.interval.bytes`.",
+    "log.index.size.max.bytes": "Largest size of a segment's offset or time index; a full index rolls the segment. Topic-level: `segment.index.bytes`.",
+    "message.max.bytes": "Largest record batch the broker accepts (MESSAGE_TOO_LARGE above it). Topic-level: `max.message.bytes`.",
+    "log.cleanup.policy": "What happens to old segments: `delete` (retention). Compaction is not implemented. Topic-level: `cleanup.policy`.",
+    "metrics.port": "Port of the Prometheus `/metrics` endpoint (SPEC 9); -1 disables it, 0 picks a free port. At the time of writing no broker code reads it yet.",
+    "state.change.log.file": "Path of this broker's state-change.log; empty means `state-change.log` next to the first log dir (`<log dir>/../state-change.log`).",
+}
+
+TOPIC_MEANINGS: dict[str, str] = {
+    "segment.bytes": "Segment size before a roll.",
+    "segment.ms": "Segment age before a roll.",
+    "segment.index.bytes": "Largest offset/time index per segment.",
+    "retention.ms": "Time retention (-1: forever).",
+    "retention.bytes": "Size retention per partition (-1: none).",
+    "flush.messages": "fsync after this many messages.",
+    "flush.ms": "fsync after this long.",
+    "index.interval.bytes": "Bytes between index entries.",
+    "max.message.bytes": "Largest record batch accepted.",
+    "min.insync.replicas": "Smallest ISR for acks=all writes.",
+    "unclean.leader.election.enable": "Allow an out-of-ISR leader for this topic.",
+    "cleanup.policy": "`delete` only.",
+}
+
+
+# -- formatting ------------------------------------------------------------------------------------
+
+
+def fmt_default(prop: Prop) -> str:
+    """The default as the docs show it (a code span; Long/Integer.MAX_VALUE named)."""
+    value = prop.default
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, list):
+        text = ",".join(str(v) for v in value)
+    else:
+        text = str(value)
+    if value == LONG_MAX and not isinstance(value, bool):
+        return f"`{text}` (Long.MAX_VALUE)"
+    if value == INT_MAX and not isinstance(value, bool):
+        return f"`{text}` (Integer.MAX_VALUE)"
+    return f"`{text}`" if text else '`""` (empty)'
+
+
+def fmt_valid(prop: Prop) -> str:
+    if prop.choices:
+        return " \\| ".join(f"`{c}`" for c in prop.choices)
+    if prop.kind == "int" and (prop.low is not None or prop.high is not None):
+        low = "" if prop.low is None else f"{prop.low} ≤ "
+        high = "" if prop.high is None else f" ≤ {prop.high}"
+        return f"{low}x{high}"
+    if prop.kind == "bool":
+        return "`true` \\| `false`"
+    if prop.kind == "list":
+        return "comma-separated"
+    return "any"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def meaning(prop: Prop) -> str:
+    return MEANINGS.get(prop.name) or prop.doc
+
+
+def broker_config_section() -> str:
+    rows = ["| key | type | default | valid values | meaning |", "|---|---|---|---|---|"]
+    for prop in BROKER_PROPERTIES.values():
+        rows.append(
+            f"| `{prop.name}` | {prop.kind} | {fmt_default(prop)} | {fmt_valid(prop)} | {_cell(meaning(prop))} |"
+        )
+    return "\n".join(rows)
+
+
+def topic_config_section() -> str:
+    rows = ["| topic key | default from broker key | type | meaning |", "|---|---|---|---|"]
+    for topic_key, broker_key in TOPIC_TO_BROKER.items():
+        prop = BROKER_PROPERTIES[broker_key]
+        rows.append(
+            f"| `{topic_key}` | `{broker_key}` | {prop.kind} | {_cell(TOPIC_MEANINGS.get(topic_key, ''))} |"
+        )
+    return "\n".join(rows)
+
+
+def walk(
+    command: click.Command, path: tuple[str, ...], parent: click.Context | None
+) -> Iterator[tuple[tuple[str, ...], click.Command, click.Context]]:
+    """(path, command, context) for ``command`` and every subcommand below it, depth first."""
+    ctx = click.Context(command, info_name=path[-1], parent=parent, **command.context_settings)
+    yield path, command, ctx
+    if isinstance(command, click.Group):
+        for name in sorted(command.list_commands(ctx)):
+            sub = command.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                yield from walk(sub, (*path, name), ctx)
+
+
+def cli_tree() -> list[tuple[tuple[str, ...], click.Command, click.Context]]:
+    from client.cli.main import build_cli
+
+    return list(walk(build_cli(), ("floodmark",), None))
+
+
+def options_of(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    """(option text, help) exactly as ``--help`` prints them."""
+    out = []
+    for param in command.get_params(ctx):
+        if param.name == "help":  # every command has -h/--help; the docs say so once
+            continue
+        record = param.get_help_record(ctx)
+        if record is None or not record[0].strip():
+            continue
+        opt, text = record
+        if isinstance(param, click.Argument) and not text:
+            text = "Positional argument" + (" (required)." if param.required else ".")
+        out.append((opt, text))
+    return out
+
+
+def arguments_of(command: click.Command) -> list[str]:
+    return [
+        p.human_readable_name for p in command.params if isinstance(p, click.Argument) and p.metavar != ""
+    ]
+
+
+def cli_section() -> str:
+    parts: list[str] = []
+    for path, command, ctx in cli_tree():
+        name = " ".join(path)
+        level = "###" if len(path) <= 2 else "####"
+        help_text = " ".join(
+            line.strip() for line in (command.help or "").strip().splitlines() if line.strip()
+        )
+        parts += [f"{level} `{name}`", "", help_text, "", "```", ctx.get_usage(), "```", ""]
+        if isinstance(command, click.Group):
+            subs = [
+                s for s in command.list_commands(ctx) if not (command.get_command(ctx, s) or command).hidden
+            ]
+            parts += ["Subcommands: " + ", ".join(f"`{name} {s}`" for s in sorted(subs)), ""]
+        options = options_of(command, ctx)
+        if options:
+            parts += ["| option | meaning |", "|---|---|"]
+            parts += [f"| `{_cell(opt)}` | {_cell(text)} |" for opt, text in options]
+            parts.append("")
+    return "\n".join(parts).rstrip()
+
+
+def generated() -> dict[str, str]:
+    return {
+        "cli": cli_section(),
+        "broker-config": broker_config_section(),
+        "topic-config": topic_config_section(),
+    }
+
+
+def markers(name: str) -> tuple[str, str]:
+    return (
+        f"<!-- BEGIN generated: {name} (by tests/unit/test_docs_config.py --write; do not edit by hand) -->",
+        f"<!-- END generated: {name} -->",
+    )
+
+
+def write(path: Path = DOC) -> None:
+    text = path.read_text()
+    for name, content in generated().items():
+        begin, end = markers(name)
+        if begin not in text or end not in text:
+            raise SystemExit(f"{path} lacks the markers of the {name!r} section:\n{begin}\n{end}")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{content}\n{end}{tail}"
+    path.write_text(text)
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def doc() -> str:
+    assert DOC.exists(), f"{DOC} is missing; run {REGENERATE}"
+    return DOC.read_text()
+
+
+def section(doc: str, name: str) -> str:
+    begin, end = markers(name)
+    assert begin in doc and end in doc, f"docs/operations.md lacks the {name!r} markers; run {REGENERATE}"
+    return doc.split(begin, 1)[1].split(end, 1)[0]
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """First-column code span -> the row's cells, for every markdown table row in ``text``."""
+    rows = {}
+    for line in text.splitlines():
+        match = re.match(r"\|\s*`([^`]+)`\s*\|(.*)\|\s*$", line)
+        if match:
+            rows[match.group(1)] = [c.strip() for c in re.split(r"(?<!\\)\|", match.group(2))]
+    return rows
+
+
+def test_every_broker_key_is_documented_with_its_type_and_default(doc: str) -> None:
+    rows = table_rows(section(doc, "broker-config"))
+    missing = [key for key in BROKER_PROPERTIES if key not in rows]
+    assert not missing, f"broker keys missing from docs/operations.md: {missing}; run {REGENERATE}"
+    for key, prop in BROKER_PROPERTIES.items():
+        kind, default = rows[key][0], rows[key][1]
+        assert (kind, default) == (prop.kind, fmt_default(prop)), (
+            f"{key}: docs say type {kind}, default {default}; broker/config.py says {prop.kind}, "
+            f"{fmt_default(prop)}; run {REGENERATE}"
+        )
+        assert rows[key][-1], f"{key} has no meaning in docs/operations.md: add it to MEANINGS"
+    stale = sorted(set(rows) - set(BROKER_PROPERTIES))
+    assert not stale, f"docs/operations.md documents keys broker/config.py no longer has: {stale}"
+
+
+def test_every_broker_key_has_a_meaning() -> None:
+    assert [key for key, prop in BROKER_PROPERTIES.items() if not meaning(prop)] == []
+
+
+def test_every_topic_override_is_documented(doc: str) -> None:
+    rows = table_rows(section(doc, "topic-config"))
+    for topic_key, broker_key in TOPIC_TO_BROKER.items():
+        assert topic_key in rows, (
+            f"topic config {topic_key} missing from docs/operations.md; run {REGENERATE}"
+        )
+        assert rows[topic_key][0] == f"`{broker_key}`", f"{topic_key}: default from {broker_key}"
+
+
+def test_every_cli_command_and_option_is_documented(doc: str) -> None:
+    cli = section(doc, "cli")
+    headings = [m.start() for m in re.finditer(r"^#{3,4} `floodmark", cli, re.M)] + [len(cli)]
+    blocks = {}
+    for start, stop in zip(headings, headings[1:], strict=False):
+        block = cli[start:stop]
+        blocks[re.match(r"#+ `([^`]+)`", block).group(1)] = block
+    for path, command, ctx in cli_tree():
+        name = " ".join(path)
+        assert name in blocks, f"`{name}` is not documented in docs/operations.md; run {REGENERATE}"
+        for opt, _ in options_of(command, ctx):
+            flags = re.findall(r"(?<![\w-])(--?[\w-]+)", opt)
+            for flag in flags:
+                assert flag in blocks[name], f"`{name}` option {flag} is not documented; run {REGENERATE}"
+        for argument in arguments_of(command):
+            assert argument in blocks[name], (
+                f"`{name}` argument {argument} is not documented; run {REGENERATE}"
+            )
+
+
+def test_generated_sections_fit_in_their_markers() -> None:
+    for name, content in generated().items():
+        begin, end = markers(name)
+        assert begin not in content and end not in content, name
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--write"]:
+        write()
+        print(f"rewrote the generated sections of {DOC}")
+        return 0
+    if argv:
+        print(__doc__)
+        return 2
+    for name, content in generated().items():
+        begin, end = markers(name)
+        print(f"{begin}\n{content}\n{end}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
