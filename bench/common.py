@@ -75,6 +75,7 @@ def bench_cluster(
                 ok = False
         if ok and not keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
+            say(f"removed {data_dir}")
         else:
             say(f"cluster data kept in {data_dir} (broker-*/broker.out, broker-*/state-change.log)")
 

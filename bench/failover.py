@@ -424,15 +424,16 @@ async def measure(cluster: LocalCluster, rounds: int = 3) -> FailoverReport:
     finally:
         if writer is not None:
             writer.stop()
-            report.sent, report.acked, report.failed = writer.sent, writer.acked, writer.failed
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if producer is not None:
-            try:
+            try:  # delivers (or fails) what is still in flight, so the totals below add up
                 await asyncio.wait_for(producer.close(timeout=5), CLOSE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001
                 say(f"closing the producer failed: {exc}")
+        if writer is not None:
+            report.sent, report.acked, report.failed = writer.sent, writer.acked, writer.failed
         await zk.stop()
     return report
 

@@ -165,7 +165,9 @@ class KafkaApis:
         for t in request.body["topics"]:
             partitions = []
             for p in t["partitions"]:
-                answer = self.rm.list_offset((t["topic"], p["partition"]), p["timestamp"], p["current_leader_epoch"])
+                answer = self.rm.list_offset(
+                    (t["topic"], p["partition"]), p["timestamp"], p["current_leader_epoch"], request.body["replica_id"]
+                )
                 partitions.append({"partition": p["partition"], **answer})
             topics.append({"topic": t["topic"], "partitions": partitions})
         request.respond({"topics": topics})

@@ -12,6 +12,7 @@ shape (verify/ledger.py); the caller decides where they are written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -112,10 +113,8 @@ class Workload:
                 next_at += interval
                 delay = next_at - time.monotonic()
                 if delay > 0:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), delay)
-                    except TimeoutError:
-                        pass
                 else:
                     next_at = time.monotonic()  # behind (a failover): do not burst to catch up
             await producer.flush()
@@ -195,10 +194,8 @@ class LeadershipWatcher:
                                      "previous_leader": self.leaders[p.partition][0], "isr": list(p.isr)},
                                 )
                             self.leaders[p.partition] = now
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.interval_s)
-                except TimeoutError:
-                    pass
         finally:
             await admin.close()
 

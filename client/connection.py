@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any
 
 from client.protocol import api, framing
 from client.protocol.api import ApiKey

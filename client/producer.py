@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from client.accumulator import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    SEQUENCE_MODULUS,
     ProducerBatch,
     RecordAccumulator,
     estimate_record_size,
@@ -646,11 +647,13 @@ class Producer:
         self._acc.complete(batch)
         topic, partition = batch.tp
         records = batch.records
+        producer_id, base_sequence = batch.producer_id, batch.base_sequence
         for i, future in enumerate(batch.handles):
             if not future.done():
                 offset = base_offset + i if base_offset >= 0 else -1
                 ts = log_append_time if log_append_time >= 0 else records[i][2]
-                future.set_result(RecordMetadata(topic, partition, offset, ts))
+                sequence = (base_sequence + i) % SEQUENCE_MODULUS if base_sequence != NO_SEQUENCE else -1
+                future.set_result(RecordMetadata(topic, partition, offset, ts, producer_id, sequence))
         self.metrics["records_sent"] += len(records)
         self.metrics["batches_sent"] += 1
         self._finish(batch)

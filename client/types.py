@@ -21,12 +21,15 @@ class TopicPartition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where an acknowledged record landed. ``offset`` is -1 for acks=0 (nothing was acknowledged)."""
+    """Where an acknowledged record landed. ``offset`` is -1 for acks=0 (nothing was acknowledged).
+    ``producer_id`` and ``sequence`` are the idempotent producer's (SPEC 5.4), -1 without it."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
+    producer_id: int = -1
+    sequence: int = -1
 
 
 @dataclass(frozen=True, slots=True)

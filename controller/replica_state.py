@@ -78,10 +78,21 @@ class ReplicaStateMachine:
                 )
 
     async def startup(self) -> None:
-        """Initialise, then tell every live replica its partition's leadership."""
+        """Initialise, tell every live replica its partition's leadership, then take the replicas
+        on dead brokers offline (Kafka 2.x's ReplicaStateMachine.startup). The second step matters
+        when brokers died while there was no controller (the old controller among them): nobody
+        else removes them from the ISRs of partitions that kept their leader, and a leader keeps
+        an idle follower in its ISR (its LEO is the leader's), so acks=all would wait on the dead."""
         self.initialize()
         online = [r for r, s in self.states.items() if s is ReplicaState.ONLINE]
         await self.handle_state_changes(online, ReplicaState.ONLINE)
+        offline = [
+            r
+            for r, s in self.states.items()
+            if s is ReplicaState.OFFLINE and not self.context.is_topic_queued_for_deletion(r.tp.topic)
+        ]
+        if offline:
+            await self.handle_state_changes(offline, ReplicaState.OFFLINE)
 
     def shutdown(self) -> None:
         self.states.clear()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 import msgpack
@@ -56,8 +56,9 @@ class CorruptSnapshot(Exception):
     """A producer snapshot that fails its CRC or does not parse."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
+    """One batch of a producer (a tuple: built for every idempotent batch on the produce path)."""
+
     first_seq: int
     last_seq: int
     first_offset: int
@@ -153,13 +154,14 @@ class ProducerStateManager:
                     ErrorCode.INVALID_RECORD,
                     f"invalid sequence number {first_seq} in a batch of producer {producer_id}",
                 )
+            batch_last_seq = header.last_sequence
             earlier = pending.get(producer_id) if pending is not None else None
             if earlier is None:
                 entry = self.producers.get(producer_id)
                 if entry is None:
                     current_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
                 else:
-                    duplicate = entry.find_duplicate(epoch, first_seq, header.last_sequence)
+                    duplicate = entry.find_duplicate(epoch, first_seq, batch_last_seq)
                     if duplicate is not None:
                         return duplicate
                     current_epoch, last_seq = entry.producer_epoch, entry.last_seq
@@ -185,7 +187,7 @@ class ProducerStateManager:
                 )
             if pending is None:
                 pending = {}
-            pending[producer_id] = (epoch, header.last_sequence)
+            pending[producer_id] = (epoch, batch_last_seq)
         return None
 
     # -- folding in written batches -------------------------------------------------------------

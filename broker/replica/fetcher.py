@@ -22,7 +22,7 @@ from broker.replica.truncation import (
     truncation_by_leader_epoch,
 )
 from client.connection import BrokerConnection
-from client.protocol.api import EARLIEST_TIMESTAMP, ApiKey
+from client.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -242,18 +242,44 @@ class ReplicaFetcher:
             self._delay(tp, code)
 
     async def _handle_out_of_range(self, connection: BrokerConnection, tp: TopicPartition) -> None:
-        """Our LEO is outside the leader's log: if we are ahead, truncate again by epochs;
-        if we are behind its log start (retention), restart at its log start offset."""
+        """Our fetch offset is outside the leader's log (Kafka's handleOffsetOutOfRange).
+
+        * We are ahead of the leader's log end: under ``leader-epoch`` truncate again by epochs;
+          under ``high-watermark`` (pre-0.11) cut our log to the leader's end, which is where
+          seed 001's acknowledged writes get lost.
+        * We are behind the leader's log start (retention moved it): restart at its log start.
+        """
         log_ = self.rm.get_log(tp)
         state = self.partitions.get(tp)
         if log_ is None or state is None:
             return
+        leader_end = await self._leader_offset(connection, tp, state, LATEST_TIMESTAMP)
+        if leader_end is None:
+            return
+        if leader_end < log_.log_end_offset:
+            if self.policy is TruncationPolicy.HIGH_WATERMARK:
+                self._apply_truncation(tp, max(leader_end, 0), f"leader's log ends at {leader_end}")
+            else:
+                state.truncating = True
+            return
+        leader_start = await self._leader_offset(connection, tp, state, EARLIEST_TIMESTAMP)
+        if leader_start is None:
+            return
+        if log_.log_end_offset < leader_start:
+            log.warning("%s: %s-%s is below the leader's log start %d; restarting there", self.name, *tp, leader_start)
+            log_.truncate_fully_and_start_at(leader_start)
+        else:
+            self._delay(tp, ErrorCode.OFFSET_OUT_OF_RANGE)
+
+    async def _leader_offset(
+        self, connection: BrokerConnection, tp: TopicPartition, state: FetchState, timestamp: int
+    ) -> int | None:
         response = await connection.request(
             ApiKey.LIST_OFFSETS,
             {
                 "replica_id": self.rm.broker_id,
                 "topics": [
-                    {"topic": tp[0], "partitions": [{"partition": tp[1], "timestamp": EARLIEST_TIMESTAMP,
+                    {"topic": tp[0], "partitions": [{"partition": tp[1], "timestamp": timestamp,
                                                      "current_leader_epoch": state.leader_epoch}]}
                 ],
             },
@@ -262,13 +288,8 @@ class ReplicaFetcher:
         answer = response["topics"][0]["partitions"][0]
         if answer["error_code"] != ErrorCode.NONE:
             self._delay(tp, answer["error_code"])
-            return
-        leader_start = answer["offset"]
-        if log_.log_end_offset < leader_start:
-            log.warning("%s: %s-%s is below the leader's log start %d; restarting there", self.name, *tp, leader_start)
-            log_.truncate_fully_and_start_at(leader_start)
-        else:
-            state.truncating = True
+            return None
+        return answer["offset"]
 
 
 class ReplicaFetcherManager:

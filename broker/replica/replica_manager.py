@@ -308,8 +308,9 @@ class ReplicaManager:
             info = log_.append_as_leader(records, partition.leader_epoch)
         except KafkaError as exc:
             return ProducePartitionStatus(exc.code, -1, -1, exc.message)
-        self.maybe_increment_high_watermark(partition, log_)
-        self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
+        if not info.duplicate:  # a retried duplicate (SPEC 5.4) wrote nothing; its offsets are the original's
+            self.maybe_increment_high_watermark(partition, log_)
+            self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
         return ProducePartitionStatus(ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset)
 
     # -- Fetch (seed 000 "DelayedFetch"; seed 001) --------------------------------------------------
@@ -362,7 +363,11 @@ class ReplicaManager:
 
     # -- ListOffsets and OffsetsForLeaderEpoch ----------------------------------------------------------
 
-    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int) -> dict:
+    def list_offset(
+        self, tp: TopicPartition, timestamp: int, current_leader_epoch: int, replica_id: int = CONSUMER_REPLICA_ID
+    ) -> dict:
+        """ListOffsets. LATEST is the HW for a consumer and the LEO for a follower (as in Kafka:
+        a follower handling OFFSET_OUT_OF_RANGE needs the leader's real log end)."""
         try:
             partition, log_ = self.leader_log(tp, current_leader_epoch)
         except KafkaError as exc:
@@ -370,7 +375,8 @@ class ReplicaManager:
         if timestamp == EARLIEST_TIMESTAMP:
             offset, ts = log_.log_start_offset, -1
         elif timestamp == LATEST_TIMESTAMP:
-            offset, ts = log_.high_watermark, -1
+            offset = log_.high_watermark if replica_id == CONSUMER_REPLICA_ID else log_.log_end_offset
+            ts = -1
         else:
             found = log_.offset_for_timestamp(timestamp)
             if found is None or found[0] >= log_.high_watermark:

@@ -14,13 +14,13 @@ Two policies, chosen by ``replica.truncation.policy``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
 
-class TruncationPolicy(str, Enum):
+class TruncationPolicy(StrEnum):
     LEADER_EPOCH = "leader-epoch"
     HIGH_WATERMARK = "high-watermark"
 

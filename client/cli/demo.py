@@ -8,6 +8,7 @@ exactly once and in per-partition order, prints what happened, and stops the clu
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections import defaultdict
@@ -33,10 +34,8 @@ def demo(data_dir: Path, records: int, keep: bool) -> None:
 
     if data_dir.exists():
         previous = LocalCluster(data_dir)
-        try:
+        with contextlib.suppress(Exception):  # a stale or partial directory from an interrupted run
             previous.down()
-        except Exception:  # a stale or partial directory from an interrupted run
-            pass
         shutil.rmtree(data_dir)
     base = free_port_block(3)
     say = lambda message: click.echo(f"[{time.strftime('%H:%M:%S')}] {message}")  # noqa: E731

@@ -57,7 +57,7 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
         assert p.isr == p.replicas
     # seed 004: the first replicas of consecutive partitions walk the broker list
     firsts = [p.replicas[0] for p in six.partitions]
-    assert all((b - a) % 3 == 1 for a, b in zip(firsts, firsts[1:]))
+    assert all((b - a) % 3 == 1 for a, b in zip(firsts, firsts[1:], strict=False))
 
     # SPEC 3: exactly these JSON shapes
     assignment = json.loads(zk.get("/brokers/topics/three")[0])

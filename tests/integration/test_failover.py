@@ -6,8 +6,13 @@ below the high watermark."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import re
+import signal
 
 import pytest
+from kazoo.client import KazooClient
 
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
@@ -138,12 +143,12 @@ async def _lose_the_whole_isr(cluster, topic: str, unclean: bool):
     assert p.leader == leader
     await produce_values(cluster, topic, values("both", 100))
     cluster.kill(follower, "KILL")
+    await produce_values(cluster, topic, values("leader-only", 50), acks="1")
 
     async def shrunk():
         return (await partition_state(cluster, topic, 0)).isr == [leader]
 
     await eventually(shrunk, f"ISR of {topic}-0 shrinks to [{leader}]")
-    await produce_values(cluster, topic, values("leader-only", 50), acks="1")
     cluster.kill(leader, "KILL")
 
     async def offline():
@@ -199,3 +204,83 @@ async def test_with_unclean_election_on_an_out_of_sync_replica_takes_over(cluste
     logs = await read_all(cluster, "unclean", 1)
     assert [v for _, v in logs[0]] == values("both", 100) + values("new-leader", 20)
     assert_replicas_identical(cluster, "unclean", await high_watermarks(cluster, "unclean", 1))
+
+
+def _state_change_events(cluster, broker_id: int) -> list[dict]:
+    path = cluster.data_dir / f"broker-{broker_id}" / "state-change.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def test_a_controller_whose_session_expires_resigns_and_its_broker_re_registers(cluster):
+    zk = KazooClient(cluster.zookeeper_connect)
+    zk.start(10)
+    try:
+        old = json.loads(zk.get("/controller")[0])["brokerid"]
+        old_epoch = int(zk.get("/controller_epoch")[0])
+        cluster.kill(old, "STOP")  # a GC pause longer than zookeeper.session.timeout.ms (6 s)
+
+        async def new_controller():
+            node = zk.exists("/controller")
+            return node is not None and json.loads(zk.get("/controller")[0])["brokerid"] != old
+
+        await eventually(new_controller, f"a controller other than the paused broker {old}")
+        assert int(zk.get("/controller_epoch")[0]) > old_epoch
+        assert str(old) not in zk.get_children("/brokers/ids")
+        cluster.kill(old, "CONT")
+
+        async def re_registered():
+            return str(old) in zk.get_children("/brokers/ids")
+
+        await eventually(re_registered, f"broker {old} re-registered after its session expired")
+        new = json.loads(zk.get("/controller")[0])["brokerid"]
+        assert new != old
+
+        async def resigned():
+            return any(e.get("decision") == "controller_resigned" for e in _state_change_events(cluster, old))
+
+        await eventually(resigned, f"broker {old} records that it resigned as controller")
+    finally:
+        zk.stop()
+        zk.close()
+    # the cluster still works, controlled by the new controller
+    await create_topic(cluster, "after-expiry", 3, 3, {"min.insync.replicas": "2"})
+    assert len(await produce_values(cluster, "after-expiry", values("x", 300))) == 300
+
+
+async def test_a_leader_cut_off_from_zookeeper_cannot_commit_acks_all_alone(cluster):
+    """SPEC 5.4: once its followers stop fetching, a leader that cannot write the state znode
+    cannot shrink the ISR to itself, so its HW stays put and acks=all writes are never acknowledged."""
+    await create_topic(cluster, "cutoff", 1, 3, {"min.insync.replicas": "2"})
+    committed = await produce_values(cluster, "cutoff", values("before", 100), partition=0)
+    assert len(committed) == 100
+    p = await partition_state(cluster, "cutoff", 0)
+    followers = [b for b in p.replicas if b != p.leader]
+    zookeeper_pid = cluster.state.zookeeper.pid
+    for b in followers:
+        cluster.kill(b, "STOP")
+    os.kill(zookeeper_pid, signal.SIGSTOP)
+    try:
+        # well past replica.lag.time.max.ms (4 s): the leader tries to shrink the ISR and cannot
+        outcome = await produce_values(
+            cluster, "cutoff", values("alone", 10), partition=0,
+            request_timeout_ms=8000, delivery_timeout_ms=9000, retries=0,
+        )
+        assert outcome == [], "no acks=all write may be acknowledged by a leader alone"
+
+        # The leader did try to shrink the ISR to itself: that write cannot reach ZooKeeper, so
+        # its ISR (and with it the HW) stays where it was, and nothing was acknowledged.
+        broker_out = (cluster.data_dir / f"broker-{p.leader}" / "broker.out").read_text()
+        assert re.search(rf"\[Partition cutoff-0 broker={p.leader}\] Shrinking ISR from [0-9,]+ to {p.leader}\.",
+                         broker_out), "the leader attempts the shrink"
+    finally:
+        os.kill(zookeeper_pid, signal.SIGCONT)
+        for b in followers:
+            cluster.kill(b, "CONT")
+
+    async def healthy():
+        d = await describe(cluster, "cutoff")
+        return sorted(d.partitions[0].isr) == sorted(p.replicas) and d.partitions[0].leader >= 0
+
+    await eventually(healthy, "cutoff-0 back to a full ISR", timeout=90)
+    logs = await read_all(cluster, "cutoff", 1)
+    assert_all_acknowledged_present(committed, logs)

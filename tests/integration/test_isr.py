@@ -142,8 +142,10 @@ async def create_topic(cluster: LocalCluster, zk: KazooClient, topic: str) -> di
 # -- the ZooKeeper side, in process ---------------------------------------------------------------
 
 
-async def test_isr_writes_are_conditional_on_the_zk_version_and_announced(zk_connect):
-    bridge = ZkBridge(zk_connect, session_timeout_ms=6000)
+async def test_isr_writes_are_conditional_on_the_zk_version_and_announced(cluster, zk):
+    chroot = "/test_isr_store"  # the cluster's ZooKeeper, out of the brokers' way
+    zk.ensure_path(chroot)
+    bridge = ZkBridge(cluster.zookeeper_connect + chroot, session_timeout_ms=6000)
     await bridge.start(10)
     try:
         store = ZkIsrStore(bridge)

@@ -77,6 +77,7 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     assert config["min.insync.replicas"] == 2 and config["default.replication.factor"] == 3
     assert config["unclean.leader.election.enable"] is False
     assert config.advertised_host == service
+    assert config.advertised_port == config.listener_port == int(svc["environment"]["FLOODMARK_PORT"])
     rendered = {line.split("=", 1)[0] for line in keep.read_text().splitlines() if "=" in line}
     passed = {
         k.removeprefix("FLOODMARK_CONF_").lower().replace("_", ".")

@@ -193,7 +193,7 @@ def options_of(command: click.Command, ctx: click.Context) -> list[tuple[str, st
     """(option text, help) exactly as ``--help`` prints them."""
     out = []
     for param in command.get_params(ctx):
-        if param.name == "help":  # every command has -h/--help; the docs say so once
+        if "--help" in param.opts:  # every command has -h/--help; the docs say so once
             continue
         record = param.get_help_record(ctx)
         if record is None or not record[0].strip():

@@ -157,7 +157,9 @@ async def test_start_fetches_a_producer_id_and_batches_carry_consecutive_sequenc
     async with producer(fake) as p:
         assert p.producer_id == 1000 and p.producer_epoch == 0
         await send_batch(p, 3)
-        await send_batch(p, 2)
+        second = await send_batch(p, 2)
+        # what the chaos ledger records for each acknowledged write
+        assert [(m.offset, m.producer_id, m.sequence) for m in second] == [(3, 1000, 3), (4, 1000, 4)]
         await send_batch(p, 4, partition=1)
         await send_batch(p, 1)
     assert len(fake.of(ApiKey.INIT_PRODUCER_ID)) == 1
@@ -169,7 +171,8 @@ async def test_start_fetches_a_producer_id_and_batches_carry_consecutive_sequenc
 async def test_without_idempotence_no_producer_id_is_fetched(fake):
     async with producer(fake, acks=1) as p:
         assert p.producer_id == NO_PRODUCER_ID
-        await send_batch(p, 2)
+        metadata = await send_batch(p, 2)
+    assert [(m.producer_id, m.sequence) for m in metadata] == [(-1, -1), (-1, -1)]
     assert fake.of(ApiKey.INIT_PRODUCER_ID) == []
     assert headers(fake, 0) == [(0, -1, -1, NO_SEQUENCE, 2)]
 
@@ -205,7 +208,10 @@ async def test_retries_keep_the_sequence_and_the_order(fake):
     fake.produce_errors[("t", 0)] = [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS]
     async with producer(fake) as p:
         first = [await p.send("t", b"a%d" % i, partition=0) for i in range(3)]
-        await asyncio.sleep(0.005)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not fake.of(ApiKey.PRODUCE):  # the first batch is on the wire: closed to appends
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
         second = [await p.send("t", b"b%d" % i, partition=0) for i in range(2)]
         await p.flush()
     assert [f.result().offset for f in first + second] == [0, 1, 2, 3, 4]
