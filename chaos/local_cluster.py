@@ -299,7 +299,7 @@ def _broker_marker(broker: BrokerState) -> str:
 
 
 @contextmanager
-def _zk_session(port: int, timeout: float = 10.0) -> Iterator[Any]:
+def _zk_session(port: int, timeout: float = 30.0) -> Iterator[Any]:
     from kazoo.client import KazooClient
 
     client = KazooClient(hosts=f"{HOST}:{port}", timeout=timeout)
@@ -460,7 +460,12 @@ class LocalCluster:
         return state
 
     def _new_state(
-        self, brokers: int, zookeeper_port: int, base_port: int, overrides: dict[str, str], netns: bool = False
+        self,
+        brokers: int,
+        zookeeper_port: int,
+        base_port: int,
+        overrides: dict[str, str],
+        netns: bool = False,
     ) -> ClusterState:
         ports = [base_port + i for i in range(brokers)]
         if zookeeper_port in ports:
@@ -491,7 +496,13 @@ class LocalCluster:
         # Validate every config before anything starts, then write them.
         texts = {
             b.id: render_properties(
-                b.id, b.port, Path(b.log_dir), zookeeper_port, overrides, state.broker_host(b.id), state.zookeeper_host
+                b.id,
+                b.port,
+                Path(b.log_dir),
+                zookeeper_port,
+                overrides,
+                state.broker_host(b.id),
+                state.zookeeper_host,
             )
             for b in state.brokers.values()
         }
@@ -501,6 +512,16 @@ class LocalCluster:
         return state
 
     # -- status --------------------------------------------------------------------------------
+    def running(self) -> bool:
+        """True when the state file says running and ZooKeeper and every broker process are up."""
+        state = self.state
+        return (
+            state is not None
+            and state.status == "running"
+            and self._zookeeper_alive(state)
+            and all(self._broker_alive(b) for b in state.brokers.values())
+        )
+
     def status(self) -> dict[str, Any]:
         """Per broker: process alive / paused, registered in ZooKeeper, controller; ZooKeeper health;
         the controller id and epoch. A plain dict, ready for ``json.dumps``."""
@@ -611,7 +632,9 @@ class LocalCluster:
         if state.layout is None:
             raise ClusterError("this cluster was not started with --netns: it cannot be partitioned")
         state.layout.isolate(broker_id, cut)
-        self._progress(f"{'isolated' if cut else 'reconnected'} broker {broker_id} ({state.broker_host(broker_id)})")
+        self._progress(
+            f"{'isolated' if cut else 'reconnected'} broker {broker_id} ({state.broker_host(broker_id)})"
+        )
 
     def start(self, broker_id: int, timeout: float = 60.0) -> int:
         """Restart a stopped or killed broker with its config and data; waits until it is registered.

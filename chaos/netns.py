@@ -110,8 +110,17 @@ class NetnsLayout:
     def cut_link(self, a: int, b: int, cut: bool = True) -> None:
         verb = "add" if cut else "del"
         for here, there in ((a, b), (b, a)):
-            _ip("netns", "exec", self.namespace(here), "ip", "route", verb, "blackhole", f"{self.host(there)}/32",
-                check=cut)
+            _ip(
+                "netns",
+                "exec",
+                self.namespace(here),
+                "ip",
+                "route",
+                verb,
+                "blackhole",
+                f"{self.host(there)}/32",
+                check=cut,
+            )
 
     def mend_link(self, a: int, b: int) -> None:
         self.cut_link(a, b, cut=False)

@@ -68,7 +68,8 @@ def make_schedule(
     """Faults one after another, never overlapping, with ``settle_s`` of calm between them, each
     kind appearing at least once when the duration allows (in a seeded order), then more drawn at
     random. The last fault ends ``settle_s`` before ``duration_s`` so the run ends healed.
-    ``pause_s`` is the length of a pause: longer than the ZooKeeper session timeout."""
+    ``pause_s`` is the length of a pause or a partition: longer than the ZooKeeper session
+    timeout, so the session does expire and the controller does act."""
     rng = random.Random(seed)
     order = list(kinds)
     rng.shuffle(order)
@@ -76,7 +77,7 @@ def make_schedule(
     t = settle_s
     while True:
         kind = order[len(faults)] if len(faults) < len(order) else rng.choice(kinds)
-        length = pause_s if kind == "pause" else rng.uniform(3.0, 8.0)
+        length = pause_s if kind in ("pause", "partition") else rng.uniform(3.0, 8.0)
         if t + length + settle_s > duration_s:
             break
         faults.append(Fault(round(t, 3), kind, rng.randrange(partitions), round(length, 3)))

@@ -4,9 +4,8 @@ watcher recording every leadership change it observes.
 
 Each writer is one idempotent producer. Its values are ``<run>/<writer>/<n>``, unique across
 the run, keyed so they spread over every partition. The send rate is bounded (records per
-second and records in flight), so the brokers keep most of this 2-core machine. Outcomes go
-to two callbacks, ``on_ack(entry)`` and ``on_error(entry)``, as plain dicts in the ledger's
-shape (verify/ledger.py); the caller decides where they are written.
+second and records in flight), so the brokers keep most of this 2-core machine. Every outcome
+goes to the ledger (verify/ledger.py: the verifier owns the format of what it checks).
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from dataclasses import dataclass, field
 from client.admin import AdminClient
 from client.producer import Producer
 from client.protocol.errors import KafkaError
+from verify.ledger import LedgerWriter
 
 log = logging.getLogger(__name__)
-
-Sink = Callable[[dict], None]
 
 
 @dataclass
@@ -52,19 +50,10 @@ def now_ms() -> int:
 
 
 class Workload:
-    def __init__(
-        self,
-        bootstrap: str,
-        settings: WorkloadSettings,
-        digest: Callable[[bytes], str],
-        on_ack: Sink,
-        on_error: Sink,
-    ) -> None:
+    def __init__(self, bootstrap: str, settings: WorkloadSettings, ledger: LedgerWriter) -> None:
         self.bootstrap = bootstrap
         self.settings = settings
-        self.digest = digest
-        self.on_ack = on_ack
-        self.on_error = on_error
+        self.ledger = ledger
         self.stats = WorkloadStats()
         self._stop = asyncio.Event()
 
@@ -102,7 +91,7 @@ class Workload:
                     future = await producer.send(s.topic, value, key=key)
                 except KafkaError as exc:  # refused before it was queued (metadata, buffer)
                     in_flight.release()
-                    self._failed(None, exc, sent_ms)
+                    self._failed(exc)
                 else:
                     pending.add(future)
                     future.add_done_callback(
@@ -124,49 +113,52 @@ class Workload:
             await producer.close()
 
     def _done(
-        self, future: asyncio.Future, value: bytes, key: bytes, sent_ms: int, in_flight: asyncio.Semaphore,
+        self,
+        future: asyncio.Future,
+        value: bytes,
+        key: bytes,
+        sent_ms: int,
+        in_flight: asyncio.Semaphore,
         pending: set,
     ) -> None:
         in_flight.release()
         pending.discard(future)
         if future.cancelled():
-            self._failed(None, KafkaError(-1, "cancelled"), sent_ms)
+            self._failed(KafkaError(-1, "cancelled"))
             return
         exc = future.exception()
         if exc is not None:
-            self._failed(None, exc, sent_ms)
+            self._failed(exc)
             return
         md = future.result()
         acked_ms = now_ms()
         self.stats.acknowledged += 1
-        self.on_ack(
-            {
-                "topic": md.topic,
-                "partition": md.partition,
-                "offset": md.offset,
-                "key": key.decode(),
-                "value_digest": self.digest(value),
-                "producer_id": md.producer_id,
-                "sequence": md.sequence,
-                "time_ms": acked_ms,
-                "latency_ms": acked_ms - sent_ms,
-            }
+        self.ledger.ack(
+            md.topic,
+            md.partition,
+            md.offset,
+            value,
+            key=key,
+            producer_id=md.producer_id,
+            sequence=md.sequence,
+            time_ms=acked_ms,
+            latency_ms=acked_ms - sent_ms,
         )
 
-    def _failed(self, partition: int | None, exc: BaseException, sent_ms: int) -> None:
+    def _failed(self, exc: BaseException) -> None:
         name = exc.name if isinstance(exc, KafkaError) else exc.__class__.__name__
         self.stats.failed += 1
         self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
-        self.on_error(
-            {"type": "error", "topic": self.settings.topic, "partition": -1 if partition is None else partition,
-             "error": name, "time_ms": now_ms(), "latency_ms": now_ms() - sent_ms}
-        )
+        self.ledger.error(self.settings.topic, -1, name)
 
 
 class LeadershipWatcher:
     """Polls the topic's metadata and records each leader or leader-epoch change it sees."""
 
-    def __init__(self, bootstrap: str, topic: str, record: Callable[[str, dict], None], interval_s: float = 0.5):
+    def __init__(
+        self, bootstrap: str, topic: str, record: Callable[[str, dict], None], interval_s: float = 0.5
+    ):
+        """``record(kind, detail)`` receives each ``leader_change``."""
         self.bootstrap, self.topic, self.record, self.interval_s = bootstrap, topic, record, interval_s
         self.leaders: dict[int, tuple[int, int]] = {}
         self._stop = asyncio.Event()
@@ -190,8 +182,13 @@ class LeadershipWatcher:
                             if p.partition in self.leaders:
                                 self.record(
                                     "leader_change",
-                                    {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                                     "previous_leader": self.leaders[p.partition][0], "isr": list(p.isr)},
+                                    {
+                                        "partition": p.partition,
+                                        "leader": p.leader,
+                                        "leader_epoch": p.leader_epoch,
+                                        "previous_leader": self.leaders[p.partition][0],
+                                        "isr": list(p.isr),
+                                    },
                                 )
                             self.leaders[p.partition] = now
                 with contextlib.suppress(TimeoutError):

@@ -28,7 +28,9 @@ JARS = (
     "netty-transport-native-epoll.jar",
     "netty-transport-native-unix-common.jar",
 )
-INSTALL_HINT = "ZooKeeper's jars are missing from /usr/share/java: run `apt-get install -y zookeeper` (Debian package)"
+INSTALL_HINT = (
+    "ZooKeeper's jars are missing from /usr/share/java: run `apt-get install -y zookeeper` (Debian package)"
+)
 
 
 class ZooKeeperUnavailable(RuntimeError):
@@ -88,7 +90,9 @@ class ZooKeeperProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ZooKeeperUnavailable(f"ZooKeeper exited with {self.process.returncode}; see {self.data_dir}")
+                raise ZooKeeperUnavailable(
+                    f"ZooKeeper exited with {self.process.returncode}; see {self.data_dir}"
+                )
             if ruok("127.0.0.1", self.port):
                 return self
             time.sleep(0.1)

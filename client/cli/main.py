@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from client.cli import cluster, consume, demo, perf, produce, topics
+from client.cli import chaos, cluster, consume, demo, perf, produce, topics, verify
 from client.cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -92,6 +92,8 @@ def build_cli() -> click.Group:
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(perf.perf)
+    cli.add_command(chaos.chaos)
+    cli.add_command(verify.verify)
     cli.add_command(demo.demo)
     return cli
 

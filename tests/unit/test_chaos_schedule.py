@@ -26,7 +26,7 @@ def test_every_kind_appears_faults_never_overlap_and_the_run_ends_healed():
             assert before.at_s + before.duration_s + 4 <= after.at_s
         last = schedule[-1]
         assert last.at_s + last.duration_s + 4 <= 90
-        assert all(f.duration_s == 8 for f in schedule if f.kind == "pause")
+        assert all(f.duration_s == 8 for f in schedule if f.kind in ("pause", "partition"))
         assert all(0 <= f.partition < 6 for f in schedule)
 
 
@@ -119,3 +119,15 @@ def test_the_docker_backend_speaks_the_docker_cli():
         ["docker", "network", "disconnect", "floodmark", "floodmark-broker-1"],
         ["docker", "network", "connect", "floodmark", "floodmark-broker-1"],
     ]
+
+
+def test_the_chaos_tests_seed_holds_every_kind_in_a_minute():
+    from tests.chaos.test_chaos_run import SEED
+
+    assert {f.kind for f in make_schedule(SEED, 60, FAULT_KINDS, 6, pause_s=9.0)} == set(FAULT_KINDS)
+
+
+def test_the_demo_seed_holds_every_kind_in_ninety_seconds():
+    from client.cli.demo import DEMO_SEED
+
+    assert {f.kind for f in make_schedule(DEMO_SEED, 90, FAULT_KINDS, 6, pause_s=9.0)} == set(FAULT_KINDS)

@@ -1,0 +1,364 @@
+"""The verification job (SPEC 8): ledger + committed log + replicas' segment files -> report.
+
+``run_verification(R, bootstrap, log_dirs)`` reads ``R/ledger.jsonl`` and ``R/events.jsonl``
+(:mod:`verify.ledger`) and
+
+* with ``bootstrap``: reads the committed log of the live cluster through ``floodmark_committed``
+  below high watermarks fixed once at the start with ListOffsets (the same cut for every check);
+* with ``log_dirs``: reads every replica's segments through ``floodmark_segments`` and the
+  checkpoint files in the driver (:mod:`verify.replicas`). Without ``bootstrap`` the job runs
+  offline: the committed log is every CRC-valid record below the highest checkpointed HW of
+  its partition (:func:`verify.checks.committed_from_replicas`). A checkpointed HW can lag the
+  HW the cluster had (it is written periodically), so offline, acknowledged writes between the
+  two count as lost with the reason "offset at or above the high watermark": verify a live,
+  healed cluster, or one stopped cleanly, for an exact answer.
+
+Then it runs the checks of :mod:`verify.checks`, writes ``R/verification.json``,
+``R/summary.md`` and ``R/timeline.png`` and returns a :class:`verify.report.Result`, ``ok``
+only when every check that ran found nothing. The replica checks (divergent, hw_above_leo,
+epoch_cache_inconsistent) need ``log_dirs`` and are reported as skipped without them.
+
+Topics checked: ``topics`` if given, else those in the ledger, else every topic in the log dirs
+whose name does not start with ``__`` (internal topics such as ``__consumer_offsets`` rewrite
+values by design, so the duplicate check means nothing there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from verify import checks
+from verify.ledger import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
+from verify.plot import Bucket, ErrorBucket, plot_timeline
+from verify.replicas import Inventory, list_replicas, split_log_dirs
+from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary
+from verify.session import DEFAULT_MASTER, build_session
+from verify.sources import COMMITTED_SOURCE, SEGMENTS_SOURCE, offsets_key
+
+DEFAULT_ROW_CAP = 100
+MAX_TIMELINE_POINTS = 600
+CORRUPT = "_corrupt_record"
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class Timings(dict):
+    @contextmanager
+    def measure(self, name: str):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = round(time.perf_counter() - start, 3)
+
+
+def run_verification(
+    report_dir: Path | str,
+    bootstrap: str | None = None,
+    log_dirs: str | Sequence[str] | None = None,
+    master: str = DEFAULT_MASTER,
+    *,
+    topics: Sequence[str] | None = None,
+    spark: Any = None,
+    progress: Progress | None = None,
+    row_cap: int = DEFAULT_ROW_CAP,
+    plot: bool = True,
+    timeout_s: float = 60.0,
+) -> Result:
+    """Run every check and write the report into ``report_dir`` (see the module docstring)."""
+    report_dir = Path(report_dir)
+    dirs = split_log_dirs(log_dirs)
+    if not bootstrap and not dirs:
+        raise ValueError("nothing to verify against: give the bootstrap servers, the log dirs, or both")
+    say = progress or _quiet
+    timings = Timings()
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # inside a test or a notebook: use theirs, leave it running
+    owned = spark is None
+    if owned:
+        say(f"starting Spark ({master})")
+        with timings.measure("spark_start"):
+            spark = build_session(master)
+    else:
+        from verify.sources import register
+
+        register(spark)
+    try:
+        return _run(spark, report_dir, bootstrap, dirs, topics, say, row_cap, plot, timeout_s, timings)
+    finally:
+        if owned:
+            spark.stop()
+
+
+def _empty(spark: Any, ddl: str) -> Any:
+    return spark.createDataFrame([], ddl)
+
+
+def _run(
+    spark: Any,
+    report_dir: Path,
+    bootstrap: str | None,
+    log_dirs: list[str],
+    topics_arg: Sequence[str] | None,
+    say: Progress,
+    row_cap: int,
+    plot: bool,
+    timeout_s: float,
+    timings: Timings,
+) -> Result:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    notes: list[str] = []
+    skipped: dict[str, str] = {}
+    persisted: list[Any] = []
+
+    def keep(df: Any) -> Any:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted.append(df)
+        return df
+
+    # -- the ledger ---------------------------------------------------------------------------
+    say(f"reading the ledger in {report_dir}")
+    ledger_path = report_dir / LEDGER_FILE
+    if ledger_path.exists() and ledger_path.stat().st_size > 0:
+        ledger = (
+            spark.read.schema(f"{LEDGER_DDL}, {CORRUPT} string")
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .json(str(ledger_path))
+        )
+    else:
+        notes.append(f"no ledger at {ledger_path}: nothing acknowledged to look for")
+        ledger = _empty(spark, f"{LEDGER_DDL}, {CORRUPT} string")
+    kind = F.coalesce(F.col("type"), F.lit("ack"))
+    is_ack = (kind == "ack") & F.col(CORRUPT).isNull() & F.col("topic").isNotNull() & F.col("offset").isNotNull()
+    is_error = (kind == "error") & F.col(CORRUPT).isNull()
+    with timings.measure("ledger"):
+        stats = ledger.agg(
+            F.sum(F.when(F.col(CORRUPT).isNotNull(), 1).otherwise(0)).alias("malformed"),
+            F.collect_set(F.when(F.col(CORRUPT).isNull(), F.col("topic"))).alias("topics"),
+        ).first()
+    malformed = int(stats["malformed"] or 0)
+    if malformed:
+        notes.append(f"{malformed} malformed ledger line(s) ignored (a torn last line is expected after a crash)")
+    ledger_topics = sorted(t for t in stats["topics"] if t)
+
+    # -- which topics, which replicas ------------------------------------------------------------
+    inventory = Inventory()
+    if topics_arg:
+        topics = sorted(set(topics_arg))
+    elif ledger_topics:
+        topics = ledger_topics
+    elif log_dirs:
+        topics = sorted(t for t in list_replicas(log_dirs).topics() if not t.startswith("__"))
+    else:
+        raise ValueError("no topics to verify: the ledger names none; pass --topic")
+    if log_dirs:
+        inventory = list_replicas(log_dirs, set(topics))
+        notes.extend(inventory.notes)
+        say(f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)")
+    topic_list = ",".join(topics)
+    acks = keep(
+        ledger.where(is_ack & F.col("topic").isin(topics)).select(
+            "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms", "latency_ms"
+        )
+    )
+    errors = ledger.where(is_error).select("topic", "partition", "error", "time_ms")
+
+    # -- high watermarks --------------------------------------------------------------------------
+    if bootstrap:
+        from verify.fetch import partition_offsets, run_sync
+
+        say(f"reading the high watermarks of {topic_list} from {bootstrap}")
+        with timings.measure("high_watermarks"):
+            offsets = run_sync(partition_offsets(bootstrap, topics, int(timeout_s * 1000)))
+        hw_map = {key: hw for key, (_, hw) in offsets.items()}
+        mode = "cluster"
+    else:
+        offsets = {}
+        hw_map = inventory.max_checkpointed_hw()
+        for r in inventory.replicas:
+            if (r.topic, r.partition) not in hw_map:
+                notes.append(f"no replica of {r.topic}-{r.partition} checkpointed an HW: treated as 0")
+                hw_map[(r.topic, r.partition)] = 0
+        mode = "log-dirs"
+    hws = spark.createDataFrame(
+        [(t, p, hw) for (t, p), hw in sorted(hw_map.items())], "topic string, partition int, high_watermark bigint"
+    )
+
+    # -- replicas and the committed log ----------------------------------------------------------
+    replica_rows = None
+    extents = None
+    if log_dirs:
+        replica_rows = keep(
+            spark.read.format(SEGMENTS_SOURCE).option("log_dirs", ",".join(log_dirs)).option("topics", topic_list).load()
+        )
+        replicas_df = spark.createDataFrame(
+            [
+                (r.broker, r.topic, r.partition, r.first_segment_base, r.last_segment_base, r.checkpointed_hw,
+                 r.checkpointed_log_start)
+                for r in inventory.replicas
+            ],
+            "broker int, topic string, partition int, first_segment_base bigint, last_segment_base bigint, "
+            "checkpointed_hw bigint, checkpointed_log_start bigint",
+        )
+        say("reading every replica's segment files")
+        with timings.measure("read_segments"):
+            extents = keep(checks.replica_extents(replica_rows, replicas_df))
+            extent_rows = [row.asDict() for row in extents.orderBy("topic", "partition", "broker").collect()]
+    else:
+        extent_rows = []
+    if bootstrap:
+        committed = keep(
+            spark.read.format(COMMITTED_SOURCE)
+            .option("bootstrap", bootstrap)
+            .option("topics", topic_list)
+            .option("offsets", json.dumps({offsets_key(t, p): list(v) for (t, p), v in offsets.items()}))
+            .option("timeout_s", str(timeout_s))
+            .load()
+        )
+        say(f"reading the committed log of {topic_list} from the cluster")
+    else:
+        committed = keep(checks.committed_from_replicas(replica_rows, hws))
+        say("deriving the committed log from the replicas below the checkpointed HW")
+
+    counts: dict[str, int] = {}
+    with timings.measure("committed"):
+        counts["committed"] = committed.select("topic", "partition", "offset").distinct().count()
+    with timings.measure("acknowledged"):
+        counts["acknowledged"] = acks.count()
+    errors_by_name = {row["error"]: int(row["count"]) for row in errors.groupBy("error").count().collect()}
+    counts["errors"] = sum(errors_by_name.values())
+    counts["malformed_ledger_lines"] = malformed
+
+    # -- the checks ---------------------------------------------------------------------------------
+    violations: dict[str, list[dict[str, Any]]] = {}
+    truncated: dict[str, bool] = {}
+    offending: dict[str, Any] = {
+        "lost": lambda: checks.lost(acks, committed, hws),
+        "duplicate": lambda: checks.duplicate(committed),
+        "out_of_order": lambda: checks.out_of_order(committed),
+    }
+    order: dict[str, list[str]] = {
+        "lost": ["topic", "partition", "offset"],
+        "duplicate": ["value_digest"],
+        "out_of_order": ["topic", "partition", "offset"],
+        "divergent": ["topic", "partition", "offset"],
+        "hw_above_leo": ["topic", "partition", "broker"],
+        "epoch_cache_inconsistent": ["topic", "partition", "broker"],
+    }
+    if log_dirs:
+        epoch_checkpoints = _epoch_checkpoints(spark, inventory)
+        offending["divergent"] = lambda: checks.divergent(replica_rows, extents, hws)
+        offending["hw_above_leo"] = lambda: checks.hw_above_leo(extents)
+        offending["epoch_cache_inconsistent"] = lambda: checks.epoch_cache_inconsistent(
+            replica_rows, extents, epoch_checkpoints
+        )
+    else:
+        for name in ("divergent", "hw_above_leo", "epoch_cache_inconsistent"):
+            skipped[name] = "no log dirs given (--log-dirs)"
+    for name in CHECKS:
+        if name not in offending:
+            counts[name] = 0
+            continue
+        say(f"checking {name}")
+        with timings.measure(name):
+            df = offending[name]()
+            rows = df.orderBy(*order[name]).limit(row_cap).collect()
+            counts[name] = len(rows) if len(rows) < row_cap else df.count()
+        violations[name] = [row.asDict(recursive=True) for row in rows]
+        truncated[name] = counts[name] > len(rows)
+        if counts[name]:
+            say(f"  {name}: {counts[name]}")
+
+    # -- timeline -------------------------------------------------------------------------------------
+    events = read_events(report_dir)
+    if plot:
+        say("plotting the timeline")
+        with timings.measure("timeline"):
+            _timeline(acks, errors, events, report_dir / TIMELINE_FILE)
+    if not (report_dir / EVENTS_FILE).exists():
+        notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
+
+    for df in persisted:
+        df.unpersist()
+    timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
+    ok = all(counts.get(name, 0) == 0 for name in CHECKS)
+    result = Result(
+        ok=ok,
+        mode=mode,
+        report_dir=report_dir,
+        counts=counts,
+        violations=violations,
+        truncated=truncated,
+        skipped=skipped,
+        notes=notes,
+        timings_s=dict(timings),
+        high_watermarks={offsets_key(t, p): hw for (t, p), hw in sorted(hw_map.items())},
+        replicas=extent_rows,
+        errors_by_name=errors_by_name,
+        inputs={"bootstrap": bootstrap, "log_dirs": log_dirs, "topics": topics, "events": len(events)},
+    )
+    write_report(result)
+    write_summary(result)
+    say(("verification passed" if ok else f"verification FAILED: {result.violation_count} violation(s)")
+        + f"; report in {result.report_path}")
+    return result
+
+
+def _epoch_checkpoints(spark: Any, inventory: Inventory) -> Any:
+    rows = [
+        (r.broker, r.topic, r.partition, None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
+         r.epoch_error)
+        for r in inventory.replicas
+    ]
+    return spark.createDataFrame(
+        rows,
+        "broker int, topic string, partition int, checkpoint array<struct<epoch:int,start_offset:bigint>>, "
+        "checkpoint_error string",
+    )
+
+
+def _timeline(acks: Any, errors: Any, events: list[Any], path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    span = acks.agg(F.min("time_ms").alias("lo"), F.max("time_ms").alias("hi")).first()
+    err_span = errors.agg(F.min("time_ms").alias("lo"), F.max("time_ms").alias("hi")).first()
+    lows = [v for v in (span["lo"], err_span["lo"], *(e.time_ms for e in events)) if v is not None]
+    highs = [v for v in (span["hi"], err_span["hi"], *(e.time_ms for e in events)) if v is not None]
+    origin = min(lows) if lows else 0
+    width = (max(highs) - origin) if highs else 0
+    bucket_ms = max(1000, math.ceil(width / MAX_TIMELINE_POINTS / 1000) * 1000)
+    bucket = (F.floor((F.col("time_ms") - F.lit(origin)) / bucket_ms) * bucket_ms + F.lit(origin)).cast("long")
+    rows = (
+        acks.groupBy(bucket.alias("start_ms"))
+        .agg(
+            F.count(F.lit(1)).alias("acks"),
+            F.percentile_approx("latency_ms", [0.5, 0.99], 1000).alias("pct"),
+            F.max("latency_ms").alias("max_ms"),
+        )
+        .orderBy("start_ms")
+        .collect()
+    )
+    buckets = [
+        Bucket(r["start_ms"], r["acks"], r["pct"][0] if r["pct"] else None, r["pct"][1] if r["pct"] else None,
+               r["max_ms"])
+        for r in rows
+    ]
+    err_rows = errors.where(F.col("time_ms").isNotNull()).groupBy(bucket.alias("start_ms"), "error").count().collect()
+    error_buckets = [ErrorBucket(r["start_ms"], r["error"] or "?", r["count"]) for r in err_rows]
+    plot_timeline(path, buckets, error_buckets, events, bucket_ms)

@@ -1,0 +1,162 @@
+"""The verification job's written report (SPEC 8): ``R/verification.json`` and ``R/summary.md``.
+
+``verification.json`` holds ``ok``, the ``counts`` (acknowledged, committed, errors and one per
+check), the offending rows of each check (at most ``row_cap`` each, ``truncated`` says where there
+were more), which checks were skipped and why, the high watermarks the checks used, per-replica
+extents, error counts by name, notes and timings. ``summary.md`` says the same for a person: a
+verdict, a table of counts, the first offending rows of each check, and the notes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHECKS = ("lost", "duplicate", "divergent", "out_of_order", "hw_above_leo", "epoch_cache_inconsistent")
+REPORT_FILE = "verification.json"
+SUMMARY_FILE = "summary.md"
+TIMELINE_FILE = "timeline.png"
+
+DESCRIPTIONS = {
+    "lost": "acknowledged writes missing from the committed log",
+    "duplicate": "values at more than one committed offset",
+    "divergent": "offsets below the HW that replicas hold differently",
+    "out_of_order": "records whose producer sequence does not increase with the offset",
+    "hw_above_leo": "replicas whose checkpointed HW is above their log end offset",
+    "epoch_cache_inconsistent": "replicas whose leader-epoch-checkpoint disagrees with their batches",
+}
+
+
+@dataclass
+class Result:
+    """What :func:`verify.job.run_verification` found; ``ok`` is False on any violation."""
+
+    ok: bool
+    mode: str
+    report_dir: Path
+    counts: dict[str, int]
+    violations: dict[str, list[dict[str, Any]]]
+    truncated: dict[str, bool] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)
+    high_watermarks: dict[str, int] = field(default_factory=dict)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
+    errors_by_name: dict[str, int] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    @property
+    def violation_count(self) -> int:
+        return sum(self.counts.get(name, 0) for name in CHECKS)
+
+    @property
+    def report_path(self) -> Path:
+        return self.report_dir / REPORT_FILE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.report_dir / SUMMARY_FILE
+
+    @property
+    def timeline_path(self) -> Path:
+        return self.report_dir / TIMELINE_FILE
+
+
+def to_json(result: Result) -> dict[str, Any]:
+    doc = asdict(result)
+    doc["report_dir"] = str(result.report_dir)
+    return doc
+
+
+def write_report(result: Result) -> Path:
+    path = result.report_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(to_json(result), indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _row_line(name: str, row: dict[str, Any]) -> str:
+    if name == "lost":
+        return (
+            f"{row['topic']}-{row['partition']} offset {row['offset']} value {row['value_digest']}: {row['reason']}"
+            + (f" (found {', '.join(row['found_digests'])})" if row.get("found_digests") else "")
+        )
+    if name == "duplicate":
+        where = ", ".join(f"{loc['topic']}-{loc['partition']}@{loc['offset']}" for loc in row["locations"])
+        return f"value {row['value_digest']} at {row['copies']} offsets: {where}"
+    if name == "divergent":
+        copies = "; ".join(
+            f"broker {c['broker']}: {c['value_digest']} crc {c['batch_crc']}"
+            + ("" if c["crc_valid"] else " (CRC fails)")
+            + f" epoch {c['leader_epoch']}"
+            for c in row["copies"]
+        )
+        missing = f"; missing on broker(s) {', '.join(map(str, row['missing_on']))}" if row["missing_on"] else ""
+        return f"{row['topic']}-{row['partition']} offset {row['offset']}: {row['reason']} ({copies}{missing})"
+    if name == "out_of_order":
+        return (
+            f"{row['topic']}-{row['partition']} producer {row['producer_id']}/{row['producer_epoch']}: "
+            f"sequence {row['sequence']} at offset {row['offset']} after sequence {row['previous_sequence']} "
+            f"at offset {row['previous_offset']}"
+        )
+    if name == "hw_above_leo":
+        return (
+            f"broker {row['broker']} {row['topic']}-{row['partition']}: checkpointed HW {row['checkpointed_hw']} "
+            f"> log end offset {row['log_end_offset']}"
+        )
+    if name == "epoch_cache_inconsistent":
+        return (
+            f"broker {row['broker']} {row['topic']}-{row['partition']}: {'; '.join(row['problems'])} "
+            f"(checkpoint {row['checkpoint']}, batches {row['batch_epoch_starts']})"
+        )
+    return json.dumps(row, default=str)
+
+
+def summary_markdown(result: Result, shown: int = 10) -> str:
+    c = result.counts
+    verdict = "PASSED" if result.ok else f"FAILED: {result.violation_count} violation(s)"
+    lines = [
+        f"# Verification {verdict}",
+        "",
+        f"Mode: {result.mode}. Acknowledged writes: {c.get('acknowledged', 0)}; committed records: "
+        f"{c.get('committed', 0)}; failed writes: {c.get('errors', 0)}.",
+        "",
+        "| check | count | what it means |",
+        "|---|---:|---|",
+    ]
+    for name in CHECKS:
+        count = "skipped" if name in result.skipped else str(c.get(name, 0))
+        lines.append(f"| {name} | {count} | {DESCRIPTIONS[name]} |")
+    for name in CHECKS:
+        rows = result.violations.get(name) or []
+        if not rows:
+            continue
+        lines += ["", f"## {name} ({c.get(name, 0)})", ""]
+        lines += [f"- {_row_line(name, row)}" for row in rows[:shown]]
+        if c.get(name, 0) > shown:
+            lines.append(f"- ... {c[name] - shown} more (see {REPORT_FILE})")
+    if result.skipped:
+        lines += ["", "## Skipped", ""] + [f"- {name}: {why}" for name, why in result.skipped.items()]
+    if result.errors_by_name:
+        lines += ["", "## Failed writes by error", ""]
+        lines += [f"- {name}: {n}" for name, n in sorted(result.errors_by_name.items(), key=lambda kv: -kv[1])]
+    if result.notes:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in result.notes]
+    if result.timings_s:
+        timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings_s.items())
+        lines += ["", f"Timings: {timings}.", "", f"Timeline: {TIMELINE_FILE}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(result: Result) -> Path:
+    path = result.summary_path
+    path.write_text(summary_markdown(result), encoding="utf-8")
+    return path

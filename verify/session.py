@@ -1,0 +1,64 @@
+"""The SparkSession the verification job runs in, with this machine's settings (SPEC 8).
+
+MACHINE-NOTES (PySpark 4): Python workers must start the interpreter running the driver
+(``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = ``sys.executable``), Spark binds to loopback
+(``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``), the UI is off, shuffles use few partitions,
+and ``JAVA_TOOL_OPTIONS="-XX:+UseSerialGC -XX:TieredStopAtLevel=1"`` roughly halves start-up.
+Environment variables already set by the caller win over these defaults, so an operator can
+still tune the JVM. Both floodmark data sources are registered on the returned session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+DEFAULT_MASTER = "local[2]"
+FAST_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def spark_environment() -> dict[str, str]:
+    """The environment variables the session needs (before the JVM starts)."""
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "JAVA_TOOL_OPTIONS": FAST_START_JAVA_OPTIONS,
+        "PYARROW_IGNORE_TIMEZONE": "1",
+    }
+
+
+def build_session(
+    master: str = DEFAULT_MASTER,
+    app_name: str = "floodmark-verify",
+    *,
+    shuffle_partitions: int = 4,
+    driver_memory: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """A SparkSession for ``master`` with the MACHINE-NOTES settings and the floodmark sources."""
+    for name, value in spark_environment().items():
+        os.environ.setdefault(name, value)
+    from pyspark.sql import SparkSession
+
+    from verify.sources import register
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", driver_memory or os.environ.get("FLOODMARK_SPARK_DRIVER_MEMORY", "4g"))
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

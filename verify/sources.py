@@ -1,0 +1,263 @@
+"""The verification job's two Spark 4 Python data sources (SPEC 8, "Verification job").
+
+``floodmark_committed`` reads the committed log of a live cluster: one Spark partition per topic
+partition, each reading ``[log start offset, high watermark)`` from the partition's leader as
+raw batches (:mod:`verify.fetch`), so every row carries its batch header's facts.
+Options: ``bootstrap`` (``host:port[,host:port]``), ``topics`` (comma-separated), optionally
+``offsets`` (JSON ``{"topic-partition": [start, high_watermark]}``: the job fixes the high
+watermarks once and passes them, so every check sees the same cut), ``timeout_s``.
+
+``floodmark_segments`` reads every replica's segment files straight from the log dirs: one Spark
+partition per (broker, topic partition), every framed batch including those that fail their CRC
+(:func:`verify.segments.scan_replica`). Options: ``log_dirs`` (comma-separated, each like
+``<cluster>/broker-<id>/data``), optionally ``topics``.
+
+Rows are built per batch and handed to Spark as Arrow record batches (``read`` may yield
+``pyarrow.RecordBatch``), which keeps the per-record Python work to decoding and hashing. A record's
+``sequence`` is its batch's base sequence plus its index in the batch (mod 2^31), -1 when the
+batch has no producer id; ``value_digest`` is :func:`verify.ledger.value_digest`. A batch whose
+records cannot be decoded (a corrupt one) still yields one row per offset, with a null digest.
+
+Sources and readers are pickled to Spark's Python workers: files and sockets are opened only
+inside ``read``. The per-replica checkpoint files are small and read by the driver
+(:mod:`verify.replicas`), not through a data source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from client.protocol.records import NO_SEQUENCE, BatchHeader, decode_batch
+from verify.ledger import key_text, value_digest
+
+COMMITTED_SOURCE = "floodmark_committed"
+SEGMENTS_SOURCE = "floodmark_segments"
+
+COMMITTED_DDL = (
+    "topic string, partition int, offset bigint, value_digest string, key string, producer_id bigint, "
+    "producer_epoch int, sequence int, leader_epoch int, timestamp bigint, batch_base_offset bigint, "
+    "crc_valid boolean"
+)
+SEGMENTS_DDL = (
+    "broker int, topic string, partition int, offset bigint, batch_base_offset bigint, "
+    "batch_last_offset bigint, batch_crc bigint, crc_valid boolean, leader_epoch int, value_digest string, "
+    "key string, producer_id bigint, producer_epoch int, sequence int, timestamp bigint"
+)
+ROWS_PER_ARROW_BATCH = 65536
+SEQUENCE_MODULUS = 2**31
+
+
+def split_option(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+class _Columns:
+    """Column lists for one Arrow record batch of record rows."""
+
+    RECORD_FIELDS = (
+        "offset",
+        "value_digest",
+        "key",
+        "producer_id",
+        "producer_epoch",
+        "sequence",
+        "leader_epoch",
+        "timestamp",
+        "batch_base_offset",
+        "batch_last_offset",
+        "batch_crc",
+        "crc_valid",
+    )
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {name: [] for name in self.RECORD_FIELDS}
+        self.rows = 0
+
+    def add_batch(self, batch: bytes | memoryview, header: BatchHeader, crc_ok: bool) -> None:
+        c = self.cols
+        base, pid, base_seq = header.base_offset, header.producer_id, header.base_sequence
+        try:
+            records = [(r.offset, value_digest(r.value), key_text(r.key), r.timestamp) for r in decode_batch(batch)]
+        except Exception:  # noqa: BLE001 - a corrupt batch's records may not decode at all
+            records = [(base + i, None, None, None) for i in range(header.last_offset_delta + 1)]
+        n = len(records)
+        for offset, digest, key, timestamp in records:
+            c["offset"].append(offset)
+            c["value_digest"].append(digest)
+            c["key"].append(key)
+            c["timestamp"].append(timestamp)
+            c["sequence"].append(
+                NO_SEQUENCE
+                if base_seq == NO_SEQUENCE or pid < 0
+                else (base_seq + offset - base) % SEQUENCE_MODULUS
+            )
+        c["producer_id"].extend([pid] * n)
+        c["producer_epoch"].extend([header.producer_epoch] * n)
+        c["leader_epoch"].extend([header.partition_leader_epoch] * n)
+        c["batch_base_offset"].extend([base] * n)
+        c["batch_last_offset"].extend([header.last_offset] * n)
+        c["batch_crc"].extend([header.crc] * n)
+        c["crc_valid"].extend([crc_ok] * n)
+        self.rows += n
+
+    def to_arrow(self, schema: Any, constants: dict[str, Any]) -> Any:
+        import pyarrow as pa
+
+        arrays = []
+        for field in schema:
+            values = self.cols.get(field.name)
+            if values is None:
+                values = [constants[field.name]] * self.rows
+            arrays.append(pa.array(values, type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _arrow_schema(ddl: str) -> Any:
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_()}
+    fields = []
+    for item in ddl.split(","):
+        name, kind = item.split()
+        fields.append(pa.field(name, types[kind]))
+    return pa.schema(fields)
+
+
+def _record_batches(
+    batches: Iterator[tuple[bytes | memoryview, BatchHeader, bool]], ddl: str, constants: dict[str, Any]
+) -> Iterator[Any]:
+    schema = _arrow_schema(ddl)
+    columns = _Columns()
+    for batch, header, crc_ok in batches:
+        columns.add_batch(batch, header, crc_ok)
+        if columns.rows >= ROWS_PER_ARROW_BATCH:
+            yield columns.to_arrow(schema, constants)
+            columns = _Columns()
+    if columns.rows:
+        yield columns.to_arrow(schema, constants)
+
+
+# -- floodmark_segments ---------------------------------------------------------------------------
+
+
+def replica_rows(broker: int, topic: str, partition: int, path: str) -> Iterator[Any]:
+    """Arrow record batches (SEGMENTS_DDL) of one replica directory."""
+    from verify.segments import scan_replica
+
+    scanned = ((b.data, b.header, b.crc_ok) for b in scan_replica(Path(path)))
+    yield from _record_batches(scanned, SEGMENTS_DDL, {"broker": broker, "topic": topic, "partition": partition})
+
+
+class SegmentsReader(DataSourceReader):
+    def __init__(self, log_dirs: list[str], topics: list[str]) -> None:
+        self.log_dirs = log_dirs
+        self.topics = topics
+
+    def partitions(self) -> list[InputPartition]:
+        from verify.replicas import list_replicas
+
+        inventory = list_replicas(self.log_dirs, set(self.topics) or None)
+        return [InputPartition((r.broker, r.topic, r.partition, r.path)) for r in inventory.replicas]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        broker, topic, p, path = partition.value
+        yield from replica_rows(broker, topic, p, path)
+
+
+class SegmentsSource(DataSource):
+    """``spark.read.format("floodmark_segments").option("log_dirs", "D1,D2").load()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return SEGMENTS_SOURCE
+
+    def schema(self) -> str:
+        return SEGMENTS_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        log_dirs = split_option(self.options.get("log_dirs"))
+        if not log_dirs:
+            raise ValueError(f"{SEGMENTS_SOURCE} needs the option log_dirs (comma-separated log dirs)")
+        return SegmentsReader(log_dirs, split_option(self.options.get("topics")))
+
+
+# -- floodmark_committed --------------------------------------------------------------------------
+
+
+def committed_rows(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, timeout_s: float = 60.0
+) -> Iterator[Any]:
+    """Arrow record batches (COMMITTED_DDL) of ``[start, end)`` of one partition of a live cluster."""
+    from verify.fetch import fetch_batches, iterate_async
+
+    batches = iterate_async(fetch_batches(bootstrap, topic, partition, start, end, timeout_s=timeout_s))
+    for arrow in _record_batches(batches, COMMITTED_DDL, {"topic": topic, "partition": partition}):
+        # A batch straddling the bounds brings records outside them: keep [start, end) only.
+        import pyarrow.compute as pc
+
+        offsets = arrow.column("offset")
+        mask = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
+        yield arrow.filter(mask)
+
+
+def offsets_key(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class CommittedReader(DataSourceReader):
+    def __init__(self, bootstrap: str, topics: list[str], offsets: dict[str, list[int]] | None, timeout_s: float):
+        self.bootstrap = bootstrap
+        self.topics = topics
+        self.offsets = offsets
+        self.timeout_s = timeout_s
+
+    def partitions(self) -> list[InputPartition]:
+        offsets = self.offsets
+        if offsets is None:
+            from verify.fetch import partition_offsets, run_sync
+
+            found = run_sync(partition_offsets(self.bootstrap, self.topics, int(self.timeout_s * 1000)))
+            offsets = {offsets_key(t, p): [start, end] for (t, p), (start, end) in found.items()}
+        parts = []
+        for key, (start, end) in sorted(offsets.items()):
+            topic, _, partition = key.rpartition("-")
+            if topic in self.topics:
+                parts.append(InputPartition((topic, int(partition), int(start), int(end))))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        topic, p, start, end = partition.value
+        if start >= end:
+            return
+        yield from committed_rows(self.bootstrap, topic, p, start, end, self.timeout_s)
+
+
+class CommittedSource(DataSource):
+    """``spark.read.format("floodmark_committed").option("bootstrap", B).option("topics", T).load()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return COMMITTED_SOURCE
+
+    def schema(self) -> str:
+        return COMMITTED_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        bootstrap = self.options.get("bootstrap")
+        topics = split_option(self.options.get("topics"))
+        if not bootstrap or not topics:
+            raise ValueError(f"{COMMITTED_SOURCE} needs the options bootstrap and topics")
+        raw = self.options.get("offsets")
+        offsets = json.loads(raw) if raw else None
+        return CommittedReader(bootstrap, topics, offsets, float(self.options.get("timeout_s", "60")))
+
+
+def register(spark: Any) -> None:
+    """Register both sources with a session (idempotent)."""
+    spark.dataSource.register(CommittedSource)
+    spark.dataSource.register(SegmentsSource)
