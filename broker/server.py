@@ -25,6 +25,7 @@ from broker.config import BrokerConfig
 from broker.controlled_shutdown import ControlledShutdownSettings, controlled_shutdown
 from broker.log import LogManager
 from broker.metadata_cache import MetadataCache
+from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import NetworkConfig, Request, SocketServer
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
@@ -94,6 +95,7 @@ class BrokerServer:
         self.apis = KafkaApis(
             cfg, self.replica_manager, self.metadata_cache, self.controller, self.zk, lambda: self.cluster_id, self.rng
         )
+        self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
         self.socket_server = SocketServer(
             NetworkConfig(
                 host=cfg.listener_host,
@@ -106,13 +108,34 @@ class BrokerServer:
                 connections_max_idle_ms=cfg["connections.max.idle.ms"],
             ),
             self._handle,
+            self.metrics,
         )
         await self.socket_server.start()
+        if cfg["metrics.port"] >= 0:
+            self.metrics.serve(cfg.listener_host, cfg["metrics.port"])
         self.port = self.socket_server.port
         await self._register()
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("[KafkaServer id=%d] started on %s:%d", self.broker_id, cfg.listener_host, self.port)
+
+    def _metrics_snapshot(self) -> BrokerState:
+        """SPEC 9's gauges, read from the subsystems that own the state, at scrape time. Runs on
+        the metrics server's thread: it only reads plain attributes (a scrape racing a change
+        may see either side of it, as a JMX read would)."""
+        rm = self.replica_manager
+        partitions = [
+            PartitionView(p.is_leader, len(p.assigned_replicas), len(p.isr), rm.min_insync_replicas(p.topic))
+            for p in list(rm.partitions.values())
+        ]
+        isr = rm.isr_manager
+        return BrokerState(
+            active_controller=self.controller.is_active,
+            offline_partitions=self.controller.offline_partitions_count,
+            partitions=partitions,
+            isr_shrinks=isr.isr_shrinks if isr else 0,
+            isr_expands=isr.isr_expands if isr else 0,
+        )
 
     async def _handle(self, request: Request) -> None:
         await self.apis.handle(request)
@@ -205,6 +228,7 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.socket_server.stop()
+        self.metrics.close()
         await self.controller.shutdown()
         await self.replica_manager.fetchers.shutdown()
         self.replica_manager.shutdown()

@@ -3,15 +3,18 @@
 Inputs (column names as the data sources and :mod:`verify.job` build them):
 
 * ``acks`` - the ledger's acknowledged writes (:data:`verify.ledger.LEDGER_DDL` rows of type ack);
-* ``committed`` - the committed log (:data:`verify.sources.COMMITTED_DDL`): from the live cluster,
-  or, offline, :func:`committed_from_replicas`;
+* ``committed`` - the committed log (:data:`verify.sources.COMMITTED_DDL`), one row per offset: from
+  the live cluster's leaders, or, offline, :func:`committed_from_replicas`;
 * ``replica_rows`` - every replica's records from its segment files (:data:`verify.sources.SEGMENTS_DDL`);
 * ``hws`` - ``(topic, partition, high_watermark)``: the cluster's committed high watermark, or
   offline the highest HW any replica checkpointed;
 * ``extents`` - per replica ``(broker, topic, partition, first_offset, log_start, leo,
-  checkpointed_hw)`` from :func:`replica_extents`;
+  checkpointed_hw, records, corrupt_records)`` from :func:`replica_extents`;
 * ``epoch_checkpoints`` - per replica its ``leader-epoch-checkpoint``: ``(broker, topic, partition,
   checkpoint array<struct<epoch, start_offset>>, checkpoint_error)``.
+
+Expensive comparisons run in two passes where that saves a shuffle of wide rows: cheap
+aggregates (counts, min/max) find the offending keys, and only their rows are gathered in full.
 
 The checks, one row per offence:
 
@@ -41,37 +44,58 @@ REPLICA = ["broker", "topic", "partition"]
 # -- derived inputs -------------------------------------------------------------------------------
 
 
-def committed_from_replicas(replica_rows: DataFrame, hws: DataFrame) -> DataFrame:
-    """Offline stand-in for the cluster's committed log: every CRC-valid record below the HW on
-    any replica, one row per distinct (offset, value, producer facts). Replicas that agree
-    collapse to one row; where they disagree :func:`divergent` reports it."""
-    below = replica_rows.where(F.col("crc_valid")).join(F.broadcast(hws), TP).where(
-        F.col("offset") < F.col("high_watermark")
-    )
-    return below.groupBy(
-        "topic", "partition", "offset", "value_digest", "key", "producer_id", "producer_epoch", "sequence"
-    ).agg(
-        F.max("leader_epoch").alias("leader_epoch"),
-        F.max("timestamp").alias("timestamp"),
-        F.min("batch_base_offset").alias("batch_base_offset"),
-    ).withColumn("crc_valid", F.lit(True))
-
-
 def replica_extents(replica_rows: DataFrame, replicas: DataFrame) -> DataFrame:
     """Per replica: the first offset its segments can hold (first segment's base), its log start
-    offset (that or the checkpointed one, whichever is higher), and its log end offset: past the
-    last framed batch, or the last segment's base when that segment is empty."""
-    data_end = replica_rows.groupBy(*REPLICA).agg((F.max("batch_last_offset") + 1).alias("data_end"))
+    offset (that or the checkpointed one, whichever is higher), its log end offset (past the last
+    framed batch, or the last segment's base when that segment is empty), how many records it
+    holds and how many of them sit in batches that fail their CRC."""
+    per_replica = replica_rows.groupBy(*REPLICA).agg(
+        (F.max("batch_last_offset") + 1).alias("data_end"),
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.when(F.col("crc_valid"), 0).otherwise(1)).alias("corrupt_records"),
+    )
     leo = F.greatest(F.coalesce("last_segment_base", F.lit(0)), F.coalesce("data_end", F.lit(0)))
     first = F.coalesce("first_segment_base", leo)
+    return replicas.join(per_replica, REPLICA, "left").select(
+        *REPLICA,
+        first.alias("first_offset"),
+        F.greatest(first, F.coalesce("checkpointed_log_start", first)).alias("log_start"),
+        leo.alias("leo"),
+        "checkpointed_hw",
+        F.coalesce("records", F.lit(0)).alias("records"),
+        F.coalesce("corrupt_records", F.lit(0)).alias("corrupt_records"),
+    )
+
+
+def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> DataFrame:
+    """Offline stand-in for the cluster's committed log: what a consumer would read below the HW
+    from the most complete replica of each partition, as if it led: the replica without holes
+    (records = LEO - first offset), then with the fewest records in corrupt batches, then with
+    the highest LEO, then the lowest broker id. Where replicas disagree, :func:`divergent` says so."""
+    w = Window.partitionBy(*TP).orderBy(
+        F.desc((F.col("records") == F.col("leo") - F.col("first_offset")).cast("int")),
+        F.asc("corrupt_records"),
+        F.desc("leo"),
+        F.asc("broker"),
+    )
+    chosen = extents.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1).select(*REPLICA)
     return (
-        replicas.join(data_end, REPLICA, "left")
+        replica_rows.join(F.broadcast(chosen), REPLICA)
+        .join(F.broadcast(hws), TP)
+        .where(F.col("offset") < F.col("high_watermark"))
         .select(
-            *REPLICA,
-            first.alias("first_offset"),
-            F.greatest(first, F.coalesce("checkpointed_log_start", first)).alias("log_start"),
-            leo.alias("leo"),
-            "checkpointed_hw",
+            "topic",
+            "partition",
+            "offset",
+            "value_digest",
+            "key",
+            "producer_id",
+            "producer_epoch",
+            "sequence",
+            "leader_epoch",
+            "timestamp",
+            "batch_base_offset",
+            "crc_valid",
         )
     )
 
@@ -89,7 +113,8 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
         & F.col("a.value_digest").eqNullSafe(F.col("c.value_digest"))
     )
     missing = a.join(valid, match, "left_anti")
-    found = committed.groupBy(*TP, "offset").agg(
+    # What the log holds at the missing offsets (a semi join first: missing is small, committed not).
+    found = committed.join(missing.select(*TP, "offset"), [*TP, "offset"], "left_semi").groupBy(*TP, "offset").agg(
         F.sort_array(F.collect_set("value_digest")).alias("found_digests"),
         F.min(F.col("crc_valid").cast("int")).alias("found_valid"),
     )
@@ -120,8 +145,11 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
 
 def duplicate(committed: DataFrame) -> DataFrame:
     rows = committed.where(F.col("value_digest").isNotNull() & F.col("crc_valid"))
+    # Pass 1, a count per value; pass 2 lists the offsets of the (rare) repeated ones.
+    repeated = rows.groupBy("value_digest").count().where(F.col("count") > 1).select("value_digest")
     return (
-        rows.groupBy("value_digest")
+        rows.join(repeated, "value_digest", "left_semi")
+        .groupBy("value_digest")
         .agg(F.sort_array(F.collect_set(F.struct(*TP, "offset"))).alias("locations"))
         .where(F.size("locations") > 1)
         .select("value_digest", F.size("locations").alias("copies"), "locations")
@@ -132,7 +160,6 @@ def out_of_order(committed: DataFrame) -> DataFrame:
     rows = (
         committed.where((F.col("producer_id") >= 0) & (F.col("sequence") >= 0) & F.col("crc_valid"))
         .select(*TP, "offset", "producer_id", "producer_epoch", "sequence", "value_digest")
-        .dropDuplicates([*TP, "offset", "producer_id", "producer_epoch", "sequence"])
     )
     w = Window.partitionBy(*TP, "producer_id", "producer_epoch").orderBy("offset")
     return (
@@ -154,29 +181,46 @@ def out_of_order(committed: DataFrame) -> DataFrame:
 
 def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> DataFrame:
     below = replica_rows.join(F.broadcast(hws), TP).where(F.col("offset") < F.col("high_watermark"))
-    variant = F.struct(
-        F.coalesce("value_digest", F.lit("?")), "batch_crc", "leader_epoch", "batch_base_offset"
-    )
-    per_offset = below.groupBy(*TP, "offset").agg(
-        F.sort_array(
-            F.collect_list(
-                F.struct("broker", "value_digest", "batch_crc", "crc_valid", "leader_epoch", "batch_base_offset")
-            )
-        ).alias("copies"),
-        F.size(F.collect_set(variant)).alias("variants"),
+    spans = extents.groupBy(*TP).agg(F.collect_list(F.struct("broker", "first_offset", "leo")).alias("spans"))
+    expected = F.filter("spans", lambda s: (s["first_offset"] <= F.col("offset")) & (F.col("offset") < s["leo"]))
+    # Pass 1, cheap fixed-width aggregates per offset: any disagreement, corrupt or missing copy?
+    # (The digest goes in as its 64-bit hash: min/max of a long keeps the aggregation a hash
+    # aggregation; two different digests with one hash would be a 2^-64 miss.)
+    digest = F.coalesce("value_digest", F.lit("?"))
+    fields = [F.xxhash64(digest), F.col("batch_crc"), F.col("leader_epoch"), F.col("batch_base_offset")]
+    stats = below.groupBy(*TP, "offset").agg(
+        F.count(F.lit(1)).alias("copies_n"),
         F.min(F.col("crc_valid").cast("int")).alias("all_valid"),
-        F.collect_set("broker").alias("present_on"),
-        F.first("high_watermark").alias("high_watermark"),
+        *[F.min(f).alias(f"min_{i}") for i, f in enumerate(fields)],
+        *[F.max(f).alias(f"max_{i}") for i, f in enumerate(fields)],
     )
-    spans = extents.groupBy(*TP).agg(
-        F.collect_list(F.struct("broker", "first_offset", "leo")).alias("spans")
+    differs = F.lit(False)
+    for i in range(len(fields)):
+        differs = differs | (F.col(f"min_{i}") != F.col(f"max_{i}"))
+    suspect = (
+        stats.join(F.broadcast(spans), TP)
+        .where(differs | (F.col("all_valid") == 0) | (F.col("copies_n") < F.size(expected)))
+        .select(*TP, "offset")
     )
-    expected = F.transform(
-        F.filter("spans", lambda s: (s["first_offset"] <= F.col("offset")) & (F.col("offset") < s["leo"])),
-        lambda s: s["broker"],
+    # Pass 2, only for those offsets: every copy, who lacks one, and why.
+    variant = F.struct(digest, "batch_crc", "leader_epoch", "batch_base_offset")
+    per_offset = (
+        below.join(suspect, [*TP, "offset"], "left_semi")
+        .groupBy(*TP, "offset")
+        .agg(
+            F.sort_array(
+                F.collect_list(
+                    F.struct("broker", "value_digest", "batch_crc", "crc_valid", "leader_epoch", "batch_base_offset")
+                )
+            ).alias("copies"),
+            F.size(F.collect_set(variant)).alias("variants"),
+            F.min(F.col("crc_valid").cast("int")).alias("all_valid"),
+            F.collect_set("broker").alias("present_on"),
+            F.first("high_watermark").alias("high_watermark"),
+        )
     )
     joined = per_offset.join(F.broadcast(spans), TP).withColumn(
-        "missing_on", F.array_sort(F.array_except(expected, F.col("present_on")))
+        "missing_on", F.array_sort(F.array_except(F.transform(expected, lambda s: s["broker"]), F.col("present_on")))
     )
     reason = F.concat_ws(
         "; ",
@@ -184,9 +228,7 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         F.when(F.col("all_valid") == 0, F.lit("a copy fails its batch CRC")),
         F.when(F.size("missing_on") > 0, F.lit("missing on a replica whose log spans it")),
     )
-    return joined.where((F.col("variants") > 1) | (F.col("all_valid") == 0) | (F.size("missing_on") > 0)).select(
-        *TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason")
-    )
+    return joined.select(*TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason"))
 
 
 def hw_above_leo(extents: DataFrame) -> DataFrame:
@@ -205,27 +247,27 @@ def epoch_cache_inconsistent(replica_rows: DataFrame, extents: DataFrame, epoch_
     ``epoch_checkpoints``: per replica ``checkpoint`` (array of struct(epoch int, start_offset
     bigint) in file order; null when the file is absent) and ``checkpoint_error`` (why the file
     could not be read, else null). Works per replica on sorted arrays: one shuffle in all."""
+    bounds = extents.select(*REPLICA, "log_start", "leo")
+    # The batches from the log start on, one sorted array per replica. Building the array in the
+    # aggregation makes it an attribute: every expression below reads it, none recomputes it.
     batches = (
         replica_rows.where((F.col("offset") == F.col("batch_base_offset")) & (F.col("leader_epoch") >= 0))
+        .join(F.broadcast(bounds), REPLICA)
+        .where(F.col("batch_last_offset") >= F.col("log_start"))
         .groupBy(*REPLICA)
         .agg(
             F.array_sort(
                 F.collect_list(
-                    F.struct(
-                        F.col("batch_base_offset").alias("base"),
-                        F.col("batch_last_offset").alias("last"),
-                        F.col("leader_epoch").alias("epoch"),
-                    )
+                    F.struct(F.col("batch_base_offset").alias("base"), F.col("leader_epoch").alias("epoch"))
                 )
-            ).alias("all_batches")
+            ).alias("b")
         )
     )
     steps = (
-        extents.select(*REPLICA, "log_start", "leo")
-        .join(batches, REPLICA, "left")
+        bounds.join(batches, REPLICA, "left")
         .join(F.broadcast(epoch_checkpoints), REPLICA, "left")
+        .withColumn("b", F.coalesce("b", F.expr("array()").cast("array<struct<base:bigint,epoch:int>>")))
         .withColumn("cp", F.coalesce("checkpoint", F.expr("array()").cast(_ENTRIES)))
-        .withColumn("b", F.expr("filter(coalesce(all_batches, array()), x -> x.last >= log_start)"))
         .withColumn("bi", F.expr("IF(size(b) = 0, array(), sequence(0, size(b) - 1))"))
         .withColumn("ci", F.expr("IF(size(cp) < 2, array(), sequence(1, size(cp) - 1))"))
         .withColumn(

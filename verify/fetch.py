@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from client.consumer import Consumer, whole_batches_end
@@ -176,9 +177,16 @@ def iterate_async(agen: AsyncIterator[T]) -> Iterator[T]:
 
 
 def run_sync(coro: Any) -> Any:
-    """Run a coroutine on a private event loop (the driver may already run one elsewhere)."""
-    loop = asyncio.new_event_loop()
+    """Run a coroutine to completion from synchronous code. When the calling thread already runs
+    an event loop (the job called from async code, say ``floodmark chaos run``), the coroutine
+    runs on a helper thread's own loop instead of failing."""
     try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            loop.close()
+    with ThreadPoolExecutor(1, thread_name_prefix="floodmark-verify") as pool:
+        return pool.submit(run_sync, coro).result()

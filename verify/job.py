@@ -7,8 +7,9 @@
   below high watermarks fixed once at the start with ListOffsets (the same cut for every check);
 * with ``log_dirs``: reads every replica's segments through ``floodmark_segments`` and the
   checkpoint files in the driver (:mod:`verify.replicas`). Without ``bootstrap`` the job runs
-  offline: the committed log is every CRC-valid record below the highest checkpointed HW of
-  its partition (:func:`verify.checks.committed_from_replicas`). A checkpointed HW can lag the
+  offline: the committed log is what the most complete replica of each partition holds below
+  the highest HW any replica checkpointed (:func:`verify.checks.committed_from_replicas`): what a
+  consumer would read if that replica led. A checkpointed HW can lag the
   HW the cluster had (it is written periodically), so offline, acknowledged writes between the
   two count as lost with the reason "offset at or above the high watermark": verify a live,
   healed cluster, or one stopped cleanly, for an exact answer.
@@ -74,6 +75,7 @@ def run_verification(
     row_cap: int = DEFAULT_ROW_CAP,
     plot: bool = True,
     timeout_s: float = 60.0,
+    fast_start: bool = False,
 ) -> Result:
     """Run every check and write the report into ``report_dir`` (see the module docstring)."""
     report_dir = Path(report_dir)
@@ -90,7 +92,7 @@ def run_verification(
     if owned:
         say(f"starting Spark ({master})")
         with timings.measure("spark_start"):
-            spark = build_session(master)
+            spark = build_session(master, fast_start=fast_start)
     else:
         from verify.sources import register
 
@@ -144,18 +146,22 @@ def _run(
     else:
         notes.append(f"no ledger at {ledger_path}: nothing acknowledged to look for")
         ledger = _empty(spark, f"{LEDGER_DDL}, {CORRUPT} string")
-    kind = F.coalesce(F.col("type"), F.lit("ack"))
-    is_ack = (kind == "ack") & F.col(CORRUPT).isNull() & F.col("topic").isNotNull() & F.col("offset").isNotNull()
-    is_error = (kind == "error") & F.col(CORRUPT).isNull()
+    # Parse the JSON once: every later use reads this cached projection.
+    entries = keep(
+        ledger.select(
+            F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed"))
+            .otherwise(F.coalesce(F.col("type"), F.lit("ack")))
+            .alias("kind"),
+            "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms",
+            "latency_ms", "error",
+        )
+    )
     with timings.measure("ledger"):
-        stats = ledger.agg(
-            F.sum(F.when(F.col(CORRUPT).isNotNull(), 1).otherwise(0)).alias("malformed"),
-            F.collect_set(F.when(F.col(CORRUPT).isNull(), F.col("topic"))).alias("topics"),
-        ).first()
-    malformed = int(stats["malformed"] or 0)
+        stats = entries.groupBy("kind", "topic").count().collect()
+    malformed = sum(row["count"] for row in stats if row["kind"] == "malformed")
     if malformed:
         notes.append(f"{malformed} malformed ledger line(s) ignored (a torn last line is expected after a crash)")
-    ledger_topics = sorted(t for t in stats["topics"] if t)
+    ledger_topics = sorted({row["topic"] for row in stats if row["topic"] and row["kind"] in ("ack", "error")})
 
     # -- which topics, which replicas ------------------------------------------------------------
     inventory = Inventory()
@@ -172,12 +178,11 @@ def _run(
         notes.extend(inventory.notes)
         say(f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)")
     topic_list = ",".join(topics)
-    acks = keep(
-        ledger.where(is_ack & F.col("topic").isin(topics)).select(
-            "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms", "latency_ms"
-        )
+    verified = F.col("topic").isin(topics)
+    acks = entries.where((F.col("kind") == "ack") & verified & F.col("offset").isNotNull()).select(
+        "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms", "latency_ms"
     )
-    errors = ledger.where(is_error).select("topic", "partition", "error", "time_ms")
+    errors = entries.where((F.col("kind") == "error") & verified).select("topic", "partition", "error", "time_ms")
 
     # -- high watermarks --------------------------------------------------------------------------
     if bootstrap:
@@ -233,12 +238,12 @@ def _run(
         )
         say(f"reading the committed log of {topic_list} from the cluster")
     else:
-        committed = keep(checks.committed_from_replicas(replica_rows, hws))
-        say("deriving the committed log from the replicas below the checkpointed HW")
+        committed = checks.committed_from_replicas(replica_rows, extents, hws)  # cheap from the cached rows
+        say("taking the committed log from the most complete replica of each partition, below the checkpointed HW")
 
     counts: dict[str, int] = {}
     with timings.measure("committed"):
-        counts["committed"] = committed.select("topic", "partition", "offset").distinct().count()
+        counts["committed"] = committed.count()
     with timings.measure("acknowledged"):
         counts["acknowledged"] = acks.count()
     errors_by_name = {row["error"]: int(row["count"]) for row in errors.groupBy("error").count().collect()}

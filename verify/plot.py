@@ -4,9 +4,9 @@ with the injected faults marked.
 Input is already aggregated (the job buckets the ledger in Spark, so a ten-million-line ledger
 becomes a few hundred points): acknowledged writes and latency percentiles per time bucket, error
 counts per bucket and error name, and the events of ``events.jsonl``. Faults are red lines with a
-shaded span until their heal (matched by ``detail["id"]`` when both carry one, else the next heal),
-heals green lines, observed leadership changes grey dotted lines. matplotlib runs on the Agg
-backend: no display is needed.
+shaded span until their heal (the open fault with the heal's ``detail["id"]``, else the one with
+its ``detail["broker"]``, else the oldest open one), heals green lines, observed leadership
+changes grey dotted lines. matplotlib runs on the Agg backend: no display is needed.
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ def fault_spans(events: Sequence[Event]) -> list[tuple[int, int | None, Event]]:
         if event.type == "fault":
             open_faults.append(event)
         elif event.type == "heal" and open_faults:
-            heal_id = event.detail.get("id")
-            match = next((f for f in open_faults if heal_id is not None and f.detail.get("id") == heal_id), None)
+            match = None
+            for key in ("id", "broker"):
+                wanted = event.detail.get(key)
+                if match is None and wanted is not None:
+                    match = next((f for f in open_faults if f.detail.get(key) == wanted), None)
             match = match or open_faults[0]
             open_faults.remove(match)
             spans.append((match.time_ms, event.time_ms, match))

@@ -1,0 +1,157 @@
+"""The broker's Prometheus ``/metrics`` endpoint (SPEC 9), with Kafka's headline metrics.
+
+Names follow what the Prometheus JMX exporter makes of Kafka's MBeans, so dashboards and alerts
+written for Kafka read them: ``kafka_controller_kafkacontroller_activecontrollercount``,
+``kafka_server_replicamanager_underreplicatedpartitions`` and so on. Gauges are computed when
+scraped, from the objects that own the state (the replica manager's partitions and logs, the
+controller), so nothing on the produce or fetch path updates them; request counts, latencies and
+bytes come from the network layer through the ``NetworkMetrics`` sink it already calls.
+
+Each broker has its own registry (no global state): two brokers in one process (tests) do not mix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from client.protocol.api import ApiKey
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What the scrape needs of one hosted partition."""
+
+    is_leader: bool
+    replicas: int
+    isr: int
+    min_insync_replicas: int
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """A snapshot taken at scrape time by the server (it knows every subsystem)."""
+
+    active_controller: bool
+    offline_partitions: int
+    partitions: list[PartitionView]
+    isr_shrinks: int
+    isr_expands: int
+
+
+class _StateCollector(Collector):
+    def __init__(self, snapshot: Callable[[], BrokerState]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator:
+        state = self.snapshot()
+        led = [p for p in state.partitions if p.is_leader]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, value=value)
+
+        yield gauge(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the broker that is the active controller",
+            int(state.active_controller),
+        )
+        yield gauge(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a live leader (reported by the controller)",
+            state.offline_partitions,
+        )
+        yield gauge(
+            "kafka_server_replicamanager_partitioncount", "Partitions hosted here", len(state.partitions)
+        )
+        yield gauge("kafka_server_replicamanager_leadercount", "Partitions led here", len(led))
+        yield gauge(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions led here whose ISR is smaller than their replica set",
+            sum(1 for p in led if p.isr < p.replicas),
+        )
+        yield gauge(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions led here whose ISR is below min.insync.replicas",
+            sum(1 for p in led if p.isr < p.min_insync_replicas),
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks written by this broker",
+            value=state.isr_shrinks,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expands written by this broker",
+            value=state.isr_expands,
+        )
+
+
+class BrokerMetrics:
+    """The registry, the network sink, and the HTTP endpoint."""
+
+    def __init__(self, broker_id: int, snapshot: Callable[[], BrokerState]) -> None:
+        self.broker_id = broker_id
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests",
+            "Requests handled, by API",
+            ["request"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kafka_network_requestmetrics_totaltimems_seconds",
+            "Request time from arrival to response, by API",
+            ["request"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin", "Request bytes received", registry=self.registry
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout", "Response bytes sent", registry=self.registry
+        )
+        self.errors = Counter(
+            "kafka_network_errors", "Network-level errors by kind", ["kind"], registry=self.registry
+        )
+        self.registry.register(_StateCollector(snapshot))
+        self._server = None
+        self.port: int | None = None
+
+    # -- NetworkMetrics (broker/network/socket_server.py) -----------------------------------------
+    def on_request(self, api_key: ApiKey, latency_ms: float) -> None:
+        name = api_key.name if isinstance(api_key, ApiKey) else str(api_key)
+        self.requests.labels(name).inc()
+        self.latency.labels(name).observe(latency_ms / 1000)
+
+    def on_bytes(self, received: int, sent: int) -> None:
+        if received:
+            self.bytes_in.inc(received)
+        if sent:
+            self.bytes_out.inc(sent)
+
+    def on_error(self, kind: str) -> None:
+        self.errors.labels(kind).inc()
+
+    # -- the endpoint -------------------------------------------------------------------------------
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` on ``host:port`` (0 picks a free port) in a daemon thread; returns the port."""
+        self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self._server.server_port
+        log.info("[KafkaServer id=%d] metrics on http://%s:%d/metrics", self.broker_id, host, self.port)
+        return self.port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
