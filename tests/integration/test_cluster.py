@@ -7,7 +7,6 @@ import time
 from collections import defaultdict
 
 import pytest
-from kazoo.client import KazooClient
 
 from client.admin import AdminClient
 from client.consumer import Consumer
@@ -25,15 +24,6 @@ def cluster(tmp_path_factory):
     c = start_cluster(tmp_path_factory.mktemp("cluster"), brokers=3)
     yield c
     c.down()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster):
-    client = KazooClient(cluster.zookeeper_connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 async def create(cluster, name, partitions, rf, configs=None):

@@ -14,7 +14,6 @@ import json
 import time
 
 import pytest
-from kazoo.client import KazooClient
 
 from client.admin import AdminClient
 from client.connection import BrokerConnection
@@ -37,15 +36,6 @@ def cluster(tmp_path_factory):
     c = start_cluster(tmp_path_factory.mktemp("idempotence"), brokers=3)
     yield c
     c.down()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster):
-    client = KazooClient(cluster.zookeeper_connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -46,15 +46,6 @@ def cluster(tmp_path_factory):
     c.down()
 
 
-@pytest.fixture(scope="module")
-def zk(cluster):
-    client = KazooClient(cluster.zookeeper_connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
-
-
 # -- helpers --------------------------------------------------------------------------------------
 
 
