@@ -33,7 +33,7 @@ The checks, one row per offence:
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 TP = ["topic", "partition"]
@@ -79,6 +79,9 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
         F.asc("broker"),
     )
     chosen = extents.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1).select(*REPLICA)
+    def kept(name: str, kind: str) -> Column:  # the job does not cache keys and timestamps
+        return F.col(name) if name in replica_rows.columns else F.lit(None).cast(kind).alias(name)
+
     return (
         replica_rows.join(F.broadcast(chosen), REPLICA)
         .join(F.broadcast(hws), TP)
@@ -88,12 +91,12 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
             "partition",
             "offset",
             "value_digest",
-            "key",
+            kept("key", "string"),
             "producer_id",
             "producer_epoch",
             "sequence",
             "leader_epoch",
-            "timestamp",
+            kept("timestamp", "bigint"),
             "batch_base_offset",
             "crc_valid",
         )
@@ -104,15 +107,16 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
 
 
 def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
-    a = acks.alias("a")
-    valid = committed.where(F.col("crc_valid")).select(*TP, "offset", "value_digest").alias("c")
-    match = (
-        (F.col("a.topic") == F.col("c.topic"))
-        & (F.col("a.partition") == F.col("c.partition"))
-        & (F.col("a.offset") == F.col("c.offset"))
-        & F.col("a.value_digest").eqNullSafe(F.col("c.value_digest"))
-    )
-    missing = a.join(valid, match, "left_anti")
+    # Pass 1 on narrow rows: (topic, partition, offset, 64-bit hash of the digest) of every ack
+    # without its match in the log. A hash stands for the digest (a 2^-64 chance to miss a loss)
+    # so the big join shuffles fixed-width keys; pass 2 fetches those acks' full rows.
+    def keyed(df: DataFrame) -> DataFrame:
+        return df.withColumn("h", F.xxhash64(F.coalesce("value_digest", F.lit("<null>"))))
+
+    keys = [*TP, "offset", "h"]
+    valid = keyed(committed.where(F.col("crc_valid"))).select(*keys)
+    missing_keys = keyed(acks).select(*keys).join(valid, keys, "left_anti")
+    missing = keyed(acks).join(missing_keys, keys, "left_semi").drop("h")
     # What the log holds at the missing offsets (a semi join first: missing is small, committed not).
     found = committed.join(missing.select(*TP, "offset"), [*TP, "offset"], "left_semi").groupBy(*TP, "offset").agg(
         F.sort_array(F.collect_set("value_digest")).alias("found_digests"),
@@ -145,10 +149,12 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
 
 def duplicate(committed: DataFrame) -> DataFrame:
     rows = committed.where(F.col("value_digest").isNotNull() & F.col("crc_valid"))
-    # Pass 1, a count per value; pass 2 lists the offsets of the (rare) repeated ones.
-    repeated = rows.groupBy("value_digest").count().where(F.col("count") > 1).select("value_digest")
+    # Pass 1 counts per 64-bit hash of the digest (a fixed-width key aggregates fast); pass 2
+    # lists the offsets of the values behind the (rare) repeated hashes, by the digest itself.
+    hashed = rows.withColumn("h", F.xxhash64("value_digest"))
+    repeated = hashed.groupBy("h").count().where(F.col("count") > 1).select("h")
     return (
-        rows.join(repeated, "value_digest", "left_semi")
+        hashed.join(repeated, "h", "left_semi")
         .groupBy("value_digest")
         .agg(F.sort_array(F.collect_set(F.struct(*TP, "offset"))).alias("locations"))
         .where(F.size("locations") > 1)
@@ -182,30 +188,46 @@ def out_of_order(committed: DataFrame) -> DataFrame:
 def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> DataFrame:
     below = replica_rows.join(F.broadcast(hws), TP).where(F.col("offset") < F.col("high_watermark"))
     spans = extents.groupBy(*TP).agg(F.collect_list(F.struct("broker", "first_offset", "leo")).alias("spans"))
-    expected = F.filter("spans", lambda s: (s["first_offset"] <= F.col("offset")) & (F.col("offset") < s["leo"]))
-    # Pass 1, cheap fixed-width aggregates per offset: any disagreement, corrupt or missing copy?
-    # (The digest goes in as its 64-bit hash: min/max of a long keeps the aggregation a hash
-    # aggregation; two different digests with one hash would be a 2^-64 miss.)
+
+    def spanning(offset: str) -> Column:
+        return F.filter("spans", lambda s: (s["first_offset"] <= F.col(offset)) & (F.col(offset) < s["leo"]))
+
+    # Pass 1, per batch: every record of a batch sits in one replica's Spark partition, so this
+    # aggregation happens before the shuffle and only one row per (replica, batch) moves. A batch
+    # whose copies agree on CRC, epoch, extent and the sum of their records' digest hashes, are all
+    # CRC-valid and exist on every replica whose log spans them cannot hold a divergent offset
+    # (short of a 2^-64 hash coincidence); anything else goes to pass 2, record by record.
     digest = F.coalesce("value_digest", F.lit("?"))
-    fields = [F.xxhash64(digest), F.col("batch_crc"), F.col("leader_epoch"), F.col("batch_base_offset")]
-    stats = below.groupBy(*TP, "offset").agg(
+    h = F.xxhash64(digest)
+    per_copy = below.groupBy("broker", *TP, "batch_base_offset").agg(
+        # The 64-bit hash summed as two 32-bit halves: no overflow (ANSI mode would raise).
+        F.sum(F.shiftrightunsigned(h, 32)).alias("digests_hi"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("digests"),
+        F.count(F.lit(1)).alias("n"),
+        F.max("batch_last_offset").alias("last"),
+        F.max("batch_crc").alias("crc"),
+        F.max("leader_epoch").alias("epoch"),
+        F.min(F.col("crc_valid").cast("int")).alias("valid"),
+    )
+    fields = ["digests", "digests_hi", "n", "last", "crc", "epoch"]
+    stats = per_copy.groupBy(*TP, "batch_base_offset").agg(
         F.count(F.lit(1)).alias("copies_n"),
-        F.min(F.col("crc_valid").cast("int")).alias("all_valid"),
-        *[F.min(f).alias(f"min_{i}") for i, f in enumerate(fields)],
-        *[F.max(f).alias(f"max_{i}") for i, f in enumerate(fields)],
+        F.min("valid").alias("all_valid"),
+        *[F.min(f).alias(f"min_{f}") for f in fields],
+        *[F.max(f).alias(f"max_{f}") for f in fields],
     )
     differs = F.lit(False)
-    for i in range(len(fields)):
-        differs = differs | (F.col(f"min_{i}") != F.col(f"max_{i}"))
+    for f in fields:
+        differs = differs | (F.col(f"min_{f}") != F.col(f"max_{f}"))
     suspect = (
         stats.join(F.broadcast(spans), TP)
-        .where(differs | (F.col("all_valid") == 0) | (F.col("copies_n") < F.size(expected)))
-        .select(*TP, "offset")
+        .where(differs | (F.col("all_valid") == 0) | (F.col("copies_n") < F.size(spanning("batch_base_offset"))))
+        .select(*TP, "batch_base_offset")
     )
-    # Pass 2, only for those offsets: every copy, who lacks one, and why.
+    # Pass 2, only the records of those batches: every copy of each offset, who lacks one, and why.
     variant = F.struct(digest, "batch_crc", "leader_epoch", "batch_base_offset")
     per_offset = (
-        below.join(suspect, [*TP, "offset"], "left_semi")
+        below.join(F.broadcast(suspect), [*TP, "batch_base_offset"], "left_semi")
         .groupBy(*TP, "offset")
         .agg(
             F.sort_array(
@@ -220,7 +242,8 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         )
     )
     joined = per_offset.join(F.broadcast(spans), TP).withColumn(
-        "missing_on", F.array_sort(F.array_except(F.transform(expected, lambda s: s["broker"]), F.col("present_on")))
+        "missing_on",
+        F.array_sort(F.array_except(F.transform(spanning("offset"), lambda s: s["broker"]), F.col("present_on"))),
     )
     reason = F.concat_ws(
         "; ",
@@ -228,7 +251,9 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         F.when(F.col("all_valid") == 0, F.lit("a copy fails its batch CRC")),
         F.when(F.size("missing_on") > 0, F.lit("missing on a replica whose log spans it")),
     )
-    return joined.select(*TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason"))
+    return joined.where((F.col("variants") > 1) | (F.col("all_valid") == 0) | (F.size("missing_on") > 0)).select(
+        *TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason")
+    )
 
 
 def hw_above_leo(extents: DataFrame) -> DataFrame:

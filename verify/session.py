@@ -2,7 +2,8 @@
 
 MACHINE-NOTES (PySpark 4): Python workers must start the interpreter running the driver
 (``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = ``sys.executable``), Spark binds to loopback
-(``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``), the UI is off, shuffles use few partitions,
+(``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``), the UI is off, shuffles use few partitions
+(16, which adaptive execution coalesces further when the data is small),
 and ``JAVA_TOOL_OPTIONS="-XX:+UseSerialGC -XX:TieredStopAtLevel=1"`` roughly halves start-up.
 
 That last setting is ``fast_start=True``, right for tests and small runs. It is not the default:
@@ -39,7 +40,7 @@ def build_session(
     master: str = DEFAULT_MASTER,
     app_name: str = "floodmark-verify",
     *,
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int = 16,
     driver_memory: str | None = None,
     fast_start: bool = False,
     extra_conf: dict[str, str] | None = None,
