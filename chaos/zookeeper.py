@@ -83,8 +83,11 @@ class ZooKeeperProcess:
     def start(self, timeout: float = 30.0, log_file: Path | None = None) -> ZooKeeperProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         out = open(log_file or self.data_dir / "zookeeper.out", "ab")  # noqa: SIM115 - owned by the child
+        # The command line sets ZooKeeper's JVM options; a JAVA_TOOL_OPTIONS meant for another JVM
+        # (Spark's, say) would be picked up too and can stop it from starting.
+        env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
         self.process = subprocess.Popen(
-            command(self.port, self.data_dir), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command(self.port, self.data_dir), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         out.close()
         deadline = time.monotonic() + timeout

@@ -46,8 +46,23 @@ def build_session(
     extra_conf: dict[str, str] | None = None,
 ) -> Any:
     """A SparkSession for ``master`` with the MACHINE-NOTES settings and the floodmark sources."""
+    # JAVA_TOOL_OPTIONS is for Spark's JVM only: it is set while the JVM starts and restored
+    # after, so JVMs this process starts later (ZooKeeper in the tests) do not inherit it.
+    before = os.environ.get("JAVA_TOOL_OPTIONS")
     for name, value in spark_environment(fast_start).items():
         os.environ.setdefault(name, value)
+    try:
+        return _build(master, app_name, shuffle_partitions, driver_memory, extra_conf)
+    finally:
+        if before is None:
+            os.environ.pop("JAVA_TOOL_OPTIONS", None)
+        else:
+            os.environ["JAVA_TOOL_OPTIONS"] = before
+
+
+def _build(
+    master: str, app_name: str, shuffle_partitions: int, driver_memory: str | None, extra_conf: dict[str, str] | None
+) -> Any:
     from pyspark.sql import SparkSession
 
     from verify.sources import register
