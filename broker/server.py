@@ -17,7 +17,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from broker.apis import KafkaApis
@@ -210,6 +210,18 @@ class BrokerServer:
                 log.exception("periodic task %s failed", name)
 
     # -- shutdown ------------------------------------------------------------------------------------
+    async def _shutdown_step(self, name: str, step: Awaitable[object], timeout_s: float = 10.0) -> None:
+        """Run one shutdown step, bounded: a step that hangs (a peer that stopped answering while
+        every broker stops at once) is logged and skipped, so the broker still exits cleanly and
+        writes its clean-shutdown marker."""
+        try:
+            await asyncio.wait_for(step, timeout_s)
+        except TimeoutError:
+            log.warning("[KafkaServer id=%d] shutdown step '%s' took over %.0fs; going on", self.broker_id, name,
+                        timeout_s)
+        except Exception:
+            log.exception("[KafkaServer id=%d] shutdown step '%s' failed; going on", self.broker_id, name)
+
     async def shutdown(self, controlled: bool = True) -> None:
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
         if controlled and self.config["controlled.shutdown.enable"]:
@@ -224,15 +236,13 @@ class BrokerServer:
             )
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await self.socket_server.stop()
+        await self._shutdown_step("periodic tasks", asyncio.gather(*self._tasks, return_exceptions=True))
+        await self._shutdown_step("socket server", self.socket_server.stop())
         self.metrics.close()
-        await self.controller.shutdown()
-        await self.replica_manager.fetchers.shutdown()
+        await self._shutdown_step("controller", self.controller.shutdown())
+        await self._shutdown_step("replica fetchers", self.replica_manager.fetchers.shutdown())
         self.replica_manager.shutdown()
-        await self.zk.close()
+        await self._shutdown_step("ZooKeeper session", self.zk.close())
         self.log_manager.shutdown()
         self.state_change_log.close()
         log.info("[KafkaServer id=%d] shut down completed", self.broker_id)
