@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -63,7 +64,9 @@ def generate(root: Path, records: int) -> Generated:
     report = root / "report"
     report.mkdir(parents=True)
     leader_dir = root / "broker-1" / "data"
-    per_partition = [records // PARTITIONS + (1 if p < records % PARTITIONS else 0) for p in range(PARTITIONS)]
+    per_partition = [
+        records // PARTITIONS + (1 if p < records % PARTITIONS else 0) for p in range(PARTITIONS)
+    ]
     sha = hashlib.sha256
     segment_total = 0
     with open(report / "ledger.jsonl", "w", encoding="utf-8", buffering=8 << 20) as ledger:
@@ -97,11 +100,11 @@ def generate(root: Path, records: int) -> Generated:
                 size += len(batch)
                 segment_total += len(batch)
                 for i, v in enumerate(values):
+                    offset = base + i
                     lines.append(
-                        '{"type":"ack","topic":"%s","partition":%d,"offset":%d,"key":null,"value_digest":"%s",'
-                        '"producer_id":%d,"sequence":%d,"time_ms":%d,"latency_ms":%.3f}\n'
-                        % (TOPIC, p, base + i, sha(v).hexdigest()[:32], producer_id, base + i, now + 5,
-                           2.0 + (base + i) % 97 / 10)
+                        f'{{"type":"ack","topic":"{TOPIC}","partition":{p},"offset":{offset},"key":null,'
+                        f'"value_digest":"{sha(v).hexdigest()[:32]}","producer_id":{producer_id},'
+                        f'"sequence":{offset},"time_ms":{now + 5},"latency_ms":{2.0 + offset % 97 / 10:.3f}}}\n'
                     )
                 if len(lines) >= 100_000:
                     ledger.write("".join(lines))
@@ -111,23 +114,17 @@ def generate(root: Path, records: int) -> Generated:
             epochs = [(0, 0)] + ([(1, epoch1_at)] if epoch1_at < count and epoch1_at > 0 else [])
             if epoch1_at == 0 and count:
                 epochs = [(1, 0)]
-            (pdir / "leader-epoch-checkpoint").write_text(
-                "0\n%d\n%s" % (len(epochs), "".join(f"{e} {s}\n" for e, s in epochs))
-            )
+            entries = "".join(f"{e} {s}\n" for e, s in epochs)
+            (pdir / "leader-epoch-checkpoint").write_text(f"0\n{len(epochs)}\n{entries}")
     hw_lines = "".join(f"{TOPIC} {p} {count}\n" for p, count in enumerate(per_partition))
     (leader_dir / "replication-offset-checkpoint").write_text(f"0\n{PARTITIONS}\n{hw_lines}")
     for broker in BROKERS[1:]:
         shutil.copytree(leader_dir, root / f"broker-{broker}" / "data")
     with open(report / "events.jsonl", "w", encoding="utf-8") as events:
         for i, (start, end) in enumerate(((20_000, 30_000), (60_000, 64_000))):
-            events.write(
-                '{"type":"fault","time_ms":%d,"detail":{"action":"SIGKILL","broker":%d,"id":"f%d"}}\n'
-                % (T0_MS + start, i + 1, i)
-            )
-            events.write(
-                '{"type":"heal","time_ms":%d,"detail":{"action":"restart","broker":%d,"id":"f%d"}}\n'
-                % (T0_MS + end, i + 1, i)
-            )
+            for kind, at, action in (("fault", start, "SIGKILL"), ("heal", end, "restart")):
+                detail = {"action": action, "broker": i + 1, "id": f"f{i}"}
+                events.write(json.dumps({"type": kind, "time_ms": T0_MS + at, "detail": detail}) + "\n")
     return Generated(
         records,
         time.perf_counter() - started,
@@ -136,25 +133,36 @@ def generate(root: Path, records: int) -> Generated:
     )
 
 
-def measure(records: int, master: str, keep: bool) -> dict:
+def measure(records: int, master: str, keep: bool, jvm: str = "auto") -> dict:
     from verify.job import run_verification
 
     root = Path(tempfile.mkdtemp(prefix=f"floodmark-verify-cost-{records}-"))
     try:
         say(f"generating {records:,} records x {len(BROKERS)} replicas in {root}")
         gen = generate(root, records)
+        os.sync()  # the kernel's write-back of the new files must not compete with the timed job
         say(
             f"  generated in {gen.seconds:.1f}s: {gen.segment_bytes / 1e6:.0f} MB of segments, "
             f"{gen.ledger_bytes / 1e6:.0f} MB of ledger"
         )
         log_dirs = ",".join(str(root / f"broker-{b}" / "data") for b in BROKERS)
         started = time.perf_counter()
-        result = run_verification(root / "report", None, log_dirs, master, progress=lambda m: say("  " + m))
+        fast_start = {"auto": None, "fast-start": True, "throughput": False}[jvm]
+        result = run_verification(
+            root / "report", None, log_dirs, master, progress=lambda m: say("  " + m), fast_start=fast_start
+        )
         wall = time.perf_counter() - started
         if not result.ok or result.counts["acknowledged"] != records or result.counts["committed"] != records:
             raise SystemExit(f"the job did not pass on clean data: {result.counts}")
         say(f"  {records:,} records verified in {wall:.1f}s")
-        return {"records": records, "wall_s": wall, "generate_s": gen.seconds, "gen": gen, "timings": result.timings_s}
+        return {
+            "jvm": result.inputs["jvm"],
+            "records": records,
+            "wall_s": wall,
+            "generate_s": gen.seconds,
+            "gen": gen,
+            "timings": result.timings_s,
+        }
     finally:
         if keep:
             say(f"  data kept in {root}")
@@ -163,8 +171,20 @@ def measure(records: int, master: str, keep: bool) -> dict:
 
 
 def markdown(results: list[dict], master: str) -> str:
-    phases = ["spark_start", "ledger", "read_segments", "committed", "acknowledged", "lost", "duplicate",
-              "divergent", "out_of_order", "hw_above_leo", "epoch_cache_inconsistent", "timeline"]
+    phases = [
+        "spark_start",
+        "ledger",
+        "read_segments",
+        "committed",
+        "acknowledged",
+        "lost",
+        "duplicate",
+        "divergent",
+        "out_of_order",
+        "hw_above_leo",
+        "epoch_cache_inconsistent",
+        "timeline",
+    ]
     lines = [
         "## Verification cost",
         "",
@@ -175,21 +195,29 @@ def markdown(results: list[dict], master: str) -> str:
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, driver memory "
         f"{os.environ.get('FLOODMARK_SPARK_DRIVER_MEMORY', '4g')}.",
         "",
-        "| acknowledged records | segments (3 replicas) | ledger | wall time of the job | records/s (ledger) |",
-        "|---:|---:|---:|---:|---:|",
+        "| acknowledged records | JVM | segments (3 replicas) | ledger | wall time of the job | records/s (ledger) |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
         gen = r["gen"]
         lines.append(
-            f"| {r['records']:,} | {gen.segment_bytes / 1e6:,.0f} MB | {gen.ledger_bytes / 1e6:,.0f} MB | "
+            f"| {r['records']:,} | {r['jvm']} | {gen.segment_bytes / 1e6:,.0f} MB | {gen.ledger_bytes / 1e6:,.0f} MB | "
             f"{r['wall_s']:.0f} s | {r['records'] / r['wall_s']:,.0f} |"
         )
-    lines += ["", "Time per phase (seconds; Spark evaluates lazily, so reading and caching the inputs lands in the "
-              "first phase that needs them):", ""]
-    lines.append("| records | " + " | ".join(phases) + " |")
-    lines.append("|---:|" + "---:|" * len(phases))
+    lines += [
+        "",
+        "Time per phase (seconds; Spark evaluates lazily, so reading and caching the inputs lands in the "
+        "first phase that needs them):",
+        "",
+    ]
+    lines.append("| records | JVM | " + " | ".join(phases) + " |")
+    lines.append("|---:|---|" + "---:|" * len(phases))
     for r in results:
-        lines.append(f"| {r['records']:,} | " + " | ".join(f"{r['timings'].get(ph, 0):.1f}" for ph in phases) + " |")
+        lines.append(
+            f"| {r['records']:,} | {r['jvm']} | "
+            + " | ".join(f"{r['timings'].get(ph, 0):.1f}" for ph in phases)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -198,8 +226,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, action="append", help="Sizes to measure (repeatable).")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keep", action="store_true", help="Keep the generated data.")
+    parser.add_argument(
+        "--jvm",
+        choices=["auto", "fast-start", "throughput"],
+        default="auto",
+        help="JVM settings of the job's session (auto: by input size, as floodmark verify does).",
+    )
     args = parser.parse_args(argv)
-    results = [measure(n, args.master, args.keep) for n in (args.records or [1_000_000, 10_000_000])]
+    results = [
+        measure(n, args.master, args.keep, args.jvm) for n in (args.records or [1_000_000, 10_000_000])
+    ]
     print(markdown(results, args.master))
 
 

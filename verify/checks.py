@@ -79,6 +79,7 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
         F.asc("broker"),
     )
     chosen = extents.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1).select(*REPLICA)
+
     def kept(name: str, kind: str) -> Column:  # the job does not cache keys and timestamps
         return F.col(name) if name in replica_rows.columns else F.lit(None).cast(kind).alias(name)
 
@@ -118,9 +119,13 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
     missing_keys = keyed(acks).select(*keys).join(valid, keys, "left_anti")
     missing = keyed(acks).join(missing_keys, keys, "left_semi").drop("h")
     # What the log holds at the missing offsets (a semi join first: missing is small, committed not).
-    found = committed.join(missing.select(*TP, "offset"), [*TP, "offset"], "left_semi").groupBy(*TP, "offset").agg(
-        F.sort_array(F.collect_set("value_digest")).alias("found_digests"),
-        F.min(F.col("crc_valid").cast("int")).alias("found_valid"),
+    found = (
+        committed.join(missing.select(*TP, "offset"), [*TP, "offset"], "left_semi")
+        .groupBy(*TP, "offset")
+        .agg(
+            F.sort_array(F.collect_set("value_digest")).alias("found_digests"),
+            F.min(F.col("crc_valid").cast("int")).alias("found_valid"),
+        )
     )
     reason = (
         F.when(F.col("high_watermark").isNull(), "partition absent from the committed log")
@@ -163,10 +168,9 @@ def duplicate(committed: DataFrame) -> DataFrame:
 
 
 def out_of_order(committed: DataFrame) -> DataFrame:
-    rows = (
-        committed.where((F.col("producer_id") >= 0) & (F.col("sequence") >= 0) & F.col("crc_valid"))
-        .select(*TP, "offset", "producer_id", "producer_epoch", "sequence", "value_digest")
-    )
+    rows = committed.where(
+        (F.col("producer_id") >= 0) & (F.col("sequence") >= 0) & F.col("crc_valid")
+    ).select(*TP, "offset", "producer_id", "producer_epoch", "sequence", "value_digest")
     w = Window.partitionBy(*TP, "producer_id", "producer_epoch").orderBy("offset")
     return (
         rows.withColumn("previous_offset", F.lag("offset").over(w))
@@ -221,7 +225,9 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         differs = differs | (F.col(f"min_{f}") != F.col(f"max_{f}"))
     suspect = (
         stats.join(F.broadcast(spans), TP)
-        .where(differs | (F.col("all_valid") == 0) | (F.col("copies_n") < F.size(spanning("batch_base_offset"))))
+        .where(
+            differs | (F.col("all_valid") == 0) | (F.col("copies_n") < F.size(spanning("batch_base_offset")))
+        )
         .select(*TP, "batch_base_offset")
     )
     # Pass 2, only the records of those batches: every copy of each offset, who lacks one, and why.
@@ -232,7 +238,14 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         .agg(
             F.sort_array(
                 F.collect_list(
-                    F.struct("broker", "value_digest", "batch_crc", "crc_valid", "leader_epoch", "batch_base_offset")
+                    F.struct(
+                        "broker",
+                        "value_digest",
+                        "batch_crc",
+                        "crc_valid",
+                        "leader_epoch",
+                        "batch_base_offset",
+                    )
                 )
             ).alias("copies"),
             F.size(F.collect_set(variant)).alias("variants"),
@@ -243,7 +256,9 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
     )
     joined = per_offset.join(F.broadcast(spans), TP).withColumn(
         "missing_on",
-        F.array_sort(F.array_except(F.transform(spanning("offset"), lambda s: s["broker"]), F.col("present_on"))),
+        F.array_sort(
+            F.array_except(F.transform(spanning("offset"), lambda s: s["broker"]), F.col("present_on"))
+        ),
     )
     reason = F.concat_ws(
         "; ",
@@ -251,9 +266,9 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         F.when(F.col("all_valid") == 0, F.lit("a copy fails its batch CRC")),
         F.when(F.size("missing_on") > 0, F.lit("missing on a replica whose log spans it")),
     )
-    return joined.where((F.col("variants") > 1) | (F.col("all_valid") == 0) | (F.size("missing_on") > 0)).select(
-        *TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason")
-    )
+    return joined.where(
+        (F.col("variants") > 1) | (F.col("all_valid") == 0) | (F.size("missing_on") > 0)
+    ).select(*TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason"))
 
 
 def hw_above_leo(extents: DataFrame) -> DataFrame:
@@ -262,7 +277,9 @@ def hw_above_leo(extents: DataFrame) -> DataFrame:
     )
 
 
-def epoch_cache_inconsistent(replica_rows: DataFrame, extents: DataFrame, epoch_checkpoints: DataFrame) -> DataFrame:
+def epoch_cache_inconsistent(
+    replica_rows: DataFrame, extents: DataFrame, epoch_checkpoints: DataFrame
+) -> DataFrame:
     """Every checkpoint entry (epoch, start) must be where a run of batches stamped with that
     epoch begins (a run that began before the log start offset counts as beginning there), and
     every such run must have its entry; batch epochs must not decrease with offset; entries must

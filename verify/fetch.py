@@ -118,7 +118,9 @@ async def fetch_batches(
         await cluster.close()
 
 
-async def _fetch_once(cluster: Cluster, tp: TopicPartition, offset: int, max_bytes: int, timeout_s: float) -> bytes:
+async def _fetch_once(
+    cluster: Cluster, tp: TopicPartition, offset: int, max_bytes: int, timeout_s: float
+) -> bytes:
     leader = cluster.leader_for(tp)
     if leader is None:
         raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader known for {tp}")

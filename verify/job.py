@@ -26,6 +26,7 @@ values by design, so the duplicate check means nothing there).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -43,6 +44,8 @@ from verify.session import DEFAULT_MASTER, build_session
 from verify.sources import COMMITTED_SOURCE, SEGMENTS_SOURCE, offsets_key
 
 DEFAULT_ROW_CAP = 100
+#: Input size (ledger + segments) up to which the fast-start JVM is the faster choice.
+FAST_START_MAX_INPUT_BYTES = 128 * 1024 * 1024
 MAX_TIMELINE_POINTS = 600
 CORRUPT = "_corrupt_record"
 
@@ -75,9 +78,13 @@ def run_verification(
     row_cap: int = DEFAULT_ROW_CAP,
     plot: bool = True,
     timeout_s: float = 60.0,
-    fast_start: bool = False,
+    fast_start: bool | None = None,
 ) -> Result:
-    """Run every check and write the report into ``report_dir`` (see the module docstring)."""
+    """Run every check and write the report into ``report_dir`` (see the module docstring).
+
+    ``fast_start`` picks the JVM settings of a session the job builds itself
+    (:func:`verify.session.build_session`); None chooses by the size of the input
+    (:func:`choose_fast_start`)."""
     report_dir = Path(report_dir)
     dirs = split_log_dirs(log_dirs)
     if not bootstrap and not dirs:
@@ -89,19 +96,41 @@ def run_verification(
 
         spark = SparkSession.getActiveSession()  # inside a test or a notebook: use theirs, leave it running
     owned = spark is None
+    jvm = "the caller's session"
     if owned:
         say(f"starting Spark ({master})")
         with timings.measure("spark_start"):
+            if fast_start is None:
+                fast_start = choose_fast_start(report_dir, dirs)
+            jvm = "fast-start" if fast_start else "throughput"
+            say(f"JVM settings: {jvm}")
             spark = build_session(master, fast_start=fast_start)
     else:
         from verify.sources import register
 
         register(spark)
     try:
-        return _run(spark, report_dir, bootstrap, dirs, topics, say, row_cap, plot, timeout_s, timings)
+        return _run(spark, report_dir, bootstrap, dirs, topics, say, row_cap, plot, timeout_s, timings, jvm)
     finally:
         if owned:
             spark.stop()
+        else:
+            spark.catalog.clearCache()  # leave a borrowed session as we found it
+
+
+def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
+    """The ledger's size plus every segment file's in the log dirs (a stat each, nothing read)."""
+    total = 0
+    for path in [report_dir / LEDGER_FILE, *(p for d in log_dirs for p in Path(d).glob("*-*/*.log"))]:
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
+
+
+def choose_fast_start(report_dir: Path, log_dirs: Sequence[str]) -> bool:
+    """MACHINE-NOTES' fast-start JVM below :data:`FAST_START_MAX_INPUT_BYTES` of input, the
+    throughput JVM above: measured on this machine, each wins on its side of that line."""
+    return input_bytes(report_dir, log_dirs) < FAST_START_MAX_INPUT_BYTES
 
 
 def _empty(spark: Any, ddl: str) -> Any:
@@ -119,6 +148,7 @@ def _run(
     plot: bool,
     timeout_s: float,
     timings: Timings,
+    jvm: str,
 ) -> Result:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -126,12 +156,9 @@ def _run(
     started = time.perf_counter()
     notes: list[str] = []
     skipped: dict[str, str] = {}
-    persisted: list[Any] = []
 
-    def keep(df: Any) -> Any:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        persisted.append(df)
-        return df
+    def keep(df: Any) -> Any:  # inputs read more than once; run_verification drops them at the end
+        return df.persist(StorageLevel.MEMORY_AND_DISK)
 
     # -- the ledger ---------------------------------------------------------------------------
     say(f"reading the ledger in {report_dir}")
@@ -152,16 +179,28 @@ def _run(
             F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed"))
             .otherwise(F.coalesce(F.col("type"), F.lit("ack")))
             .alias("kind"),
-            "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms",
-            "latency_ms", "error",
+            "topic",
+            "partition",
+            "offset",
+            "key",
+            "value_digest",
+            "producer_id",
+            "sequence",
+            "time_ms",
+            "latency_ms",
+            "error",
         )
     )
     with timings.measure("ledger"):
         stats = entries.groupBy("kind", "topic").count().collect()
     malformed = sum(row["count"] for row in stats if row["kind"] == "malformed")
     if malformed:
-        notes.append(f"{malformed} malformed ledger line(s) ignored (a torn last line is expected after a crash)")
-    ledger_topics = sorted({row["topic"] for row in stats if row["topic"] and row["kind"] in ("ack", "error")})
+        notes.append(
+            f"{malformed} malformed ledger line(s) ignored (a torn last line is expected after a crash)"
+        )
+    ledger_topics = sorted(
+        {row["topic"] for row in stats if row["topic"] and row["kind"] in ("ack", "error")}
+    )
 
     # -- which topics, which replicas ------------------------------------------------------------
     inventory = Inventory()
@@ -176,13 +215,25 @@ def _run(
     if log_dirs:
         inventory = list_replicas(log_dirs, set(topics))
         notes.extend(inventory.notes)
-        say(f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)")
+        say(
+            f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)"
+        )
     topic_list = ",".join(topics)
     verified = F.col("topic").isin(topics)
     acks = entries.where((F.col("kind") == "ack") & verified & F.col("offset").isNotNull()).select(
-        "topic", "partition", "offset", "key", "value_digest", "producer_id", "sequence", "time_ms", "latency_ms"
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value_digest",
+        "producer_id",
+        "sequence",
+        "time_ms",
+        "latency_ms",
     )
-    errors = entries.where((F.col("kind") == "error") & verified).select("topic", "partition", "error", "time_ms")
+    errors = entries.where((F.col("kind") == "error") & verified).select(
+        "topic", "partition", "error", "time_ms"
+    )
 
     # -- high watermarks --------------------------------------------------------------------------
     if bootstrap:
@@ -202,7 +253,8 @@ def _run(
                 hw_map[(r.topic, r.partition)] = 0
         mode = "log-dirs"
     hws = spark.createDataFrame(
-        [(t, p, hw) for (t, p), hw in sorted(hw_map.items())], "topic string, partition int, high_watermark bigint"
+        [(t, p, hw) for (t, p), hw in sorted(hw_map.items())],
+        "topic string, partition int, high_watermark bigint",
     )
 
     # -- replicas and the committed log ----------------------------------------------------------
@@ -219,8 +271,15 @@ def _run(
         )
         replicas_df = spark.createDataFrame(
             [
-                (r.broker, r.topic, r.partition, r.first_segment_base, r.last_segment_base, r.checkpointed_hw,
-                 r.checkpointed_log_start)
+                (
+                    r.broker,
+                    r.topic,
+                    r.partition,
+                    r.first_segment_base,
+                    r.last_segment_base,
+                    r.checkpointed_hw,
+                    r.checkpointed_log_start,
+                )
                 for r in inventory.replicas
             ],
             "broker int, topic string, partition int, first_segment_base bigint, last_segment_base bigint, "
@@ -244,7 +303,9 @@ def _run(
         say(f"reading the committed log of {topic_list} from the cluster")
     else:
         committed = checks.committed_from_replicas(replica_rows, extents, hws)  # cheap from the cached rows
-        say("taking the committed log from the most complete replica of each partition, below the checkpointed HW")
+        say(
+            "taking the committed log from the most complete replica of each partition, below the checkpointed HW"
+        )
 
     counts: dict[str, int] = {}
     with timings.measure("committed"):
@@ -304,8 +365,6 @@ def _run(
     if not (report_dir / EVENTS_FILE).exists():
         notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
 
-    for df in persisted:
-        df.unpersist()
     timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
     ok = all(counts.get(name, 0) == 0 for name in CHECKS)
     result = Result(
@@ -321,19 +380,32 @@ def _run(
         high_watermarks={offsets_key(t, p): hw for (t, p), hw in sorted(hw_map.items())},
         replicas=extent_rows,
         errors_by_name=errors_by_name,
-        inputs={"bootstrap": bootstrap, "log_dirs": log_dirs, "topics": topics, "events": len(events)},
+        inputs={
+            "bootstrap": bootstrap,
+            "log_dirs": log_dirs,
+            "topics": topics,
+            "events": len(events),
+            "jvm": jvm,
+        },
     )
     write_report(result)
     write_summary(result)
-    say(("verification passed" if ok else f"verification FAILED: {result.violation_count} violation(s)")
-        + f"; report in {result.report_path}")
+    say(
+        ("verification passed" if ok else f"verification FAILED: {result.violation_count} violation(s)")
+        + f"; report in {result.report_path}"
+    )
     return result
 
 
 def _epoch_checkpoints(spark: Any, inventory: Inventory) -> Any:
     rows = [
-        (r.broker, r.topic, r.partition, None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
-         r.epoch_error)
+        (
+            r.broker,
+            r.topic,
+            r.partition,
+            None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
+            r.epoch_error,
+        )
         for r in inventory.replicas
     ]
     return spark.createDataFrame(
@@ -353,7 +425,9 @@ def _timeline(acks: Any, errors: Any, events: list[Any], path: Path) -> None:
     origin = min(lows) if lows else 0
     width = (max(highs) - origin) if highs else 0
     bucket_ms = max(1000, math.ceil(width / MAX_TIMELINE_POINTS / 1000) * 1000)
-    bucket = (F.floor((F.col("time_ms") - F.lit(origin)) / bucket_ms) * bucket_ms + F.lit(origin)).cast("long")
+    bucket = (F.floor((F.col("time_ms") - F.lit(origin)) / bucket_ms) * bucket_ms + F.lit(origin)).cast(
+        "long"
+    )
     rows = (
         acks.groupBy(bucket.alias("start_ms"))
         .agg(
@@ -365,10 +439,20 @@ def _timeline(acks: Any, errors: Any, events: list[Any], path: Path) -> None:
         .collect()
     )
     buckets = [
-        Bucket(r["start_ms"], r["acks"], r["pct"][0] if r["pct"] else None, r["pct"][1] if r["pct"] else None,
-               r["max_ms"])
+        Bucket(
+            r["start_ms"],
+            r["acks"],
+            r["pct"][0] if r["pct"] else None,
+            r["pct"][1] if r["pct"] else None,
+            r["max_ms"],
+        )
         for r in rows
     ]
-    err_rows = errors.where(F.col("time_ms").isNotNull()).groupBy(bucket.alias("start_ms"), "error").count().collect()
+    err_rows = (
+        errors.where(F.col("time_ms").isNotNull())
+        .groupBy(bucket.alias("start_ms"), "error")
+        .count()
+        .collect()
+    )
     error_buckets = [ErrorBucket(r["start_ms"], r["error"] or "?", r["count"]) for r in err_rows]
     plot_timeline(path, buckets, error_buckets, events, bucket_ms)

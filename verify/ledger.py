@@ -207,7 +207,11 @@ class LedgerWriter:
             raise ValueError(f"event type must be one of {EVENT_TYPES}, got {kind!r}")
         self._write(
             self._events,
-            {"type": kind, "time_ms": self._clock_ms() if time_ms is None else time_ms, "detail": detail or {}},
+            {
+                "type": kind,
+                "time_ms": self._clock_ms() if time_ms is None else time_ms,
+                "detail": detail or {},
+            },
         )
         self.events += 1
 
@@ -308,7 +312,9 @@ def read_ledger(report_dir: Path | str) -> Iterator[Ack | WriteError]:
                     float(e.get("latency_ms", 0.0)),
                 )
             elif kind == "error":
-                yield WriteError(str(e["topic"]), int(e.get("partition", -1)), str(e["error"]), int(e["time_ms"]))
+                yield WriteError(
+                    str(e["topic"]), int(e.get("partition", -1)), str(e["error"]), int(e["time_ms"])
+                )
         except (KeyError, TypeError, ValueError):
             continue
 

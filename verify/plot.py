@@ -89,15 +89,32 @@ def plot_timeline(
     if buckets:
         xs = [x(b.start_ms) for b in buckets]
         ax_tp.plot(xs, [b.acks * per_s for b in buckets], color="tab:blue", lw=1.2, drawstyle="steps-post")
-        for attr, label, color in (("p50_ms", "p50", "tab:green"), ("p99_ms", "p99", "tab:orange"), ("max_ms", "max", "tab:red")):
-            points = [(xv, getattr(b, attr)) for xv, b in zip(xs, buckets, strict=True) if getattr(b, attr) is not None]
+        for attr, label, color in (
+            ("p50_ms", "p50", "tab:green"),
+            ("p99_ms", "p99", "tab:orange"),
+            ("max_ms", "max", "tab:red"),
+        ):
+            points = [
+                (xv, getattr(b, attr))
+                for xv, b in zip(xs, buckets, strict=True)
+                if getattr(b, attr) is not None
+            ]
             if points:
-                ax_lat.plot(*zip(*points, strict=True), label=label, color=color, lw=1, drawstyle="steps-post")
+                ax_lat.plot(
+                    *zip(*points, strict=True), label=label, color=color, lw=1, drawstyle="steps-post"
+                )
         ax_lat.legend(loc="upper right", fontsize=8)
         if any(b.max_ms for b in buckets):
             ax_lat.set_yscale("log")
     else:
-        ax_tp.text(0.5, 0.5, "no acknowledged writes in the ledger", ha="center", va="center", transform=ax_tp.transAxes)
+        ax_tp.text(
+            0.5,
+            0.5,
+            "no acknowledged writes in the ledger",
+            ha="center",
+            va="center",
+            transform=ax_tp.transAxes,
+        )
     ax_tp.set_ylabel("acks / s")
     ax_lat.set_ylabel("ack latency (ms)")
     names = sorted({e.error for e in errors})
@@ -107,7 +124,14 @@ def plot_timeline(
         bottom = [0.0] * len(starts)
         for name in names:
             heights = [counts.get((s, name), 0) * per_s for s in starts]
-            ax_err.bar([x(s) for s in starts], heights, width=bucket_ms / 1000.0, bottom=bottom, align="edge", label=name)
+            ax_err.bar(
+                [x(s) for s in starts],
+                heights,
+                width=bucket_ms / 1000.0,
+                bottom=bottom,
+                align="edge",
+                label=name,
+            )
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         ax_err.legend(loc="upper right", fontsize=8)
     ax_err.set_ylabel("errors / s")
@@ -116,8 +140,16 @@ def plot_timeline(
         for ax in (ax_tp, ax_lat, ax_err):
             ax.axvline(x(start), color="red", lw=1)
             ax.axvspan(x(start), x(heal if heal is not None else end), color="red", alpha=0.08)
-        ax_tp.annotate(_label(fault), (x(start), 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="red",
-                       rotation=90, va="top", ha="right")
+        ax_tp.annotate(
+            _label(fault),
+            (x(start), 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="red",
+            rotation=90,
+            va="top",
+            ha="right",
+        )
     for event in events:
         if event.type == "heal":
             for ax in (ax_tp, ax_lat, ax_err):

@@ -78,7 +78,9 @@ def write_report(result: Result) -> Path:
     path = result.report_path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_json(result), indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(
+        json.dumps(to_json(result), indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8"
+    )
     tmp.replace(path)
     return path
 
@@ -99,8 +101,12 @@ def _row_line(name: str, row: dict[str, Any]) -> str:
             + f" epoch {c['leader_epoch']}"
             for c in row["copies"]
         )
-        missing = f"; missing on broker(s) {', '.join(map(str, row['missing_on']))}" if row["missing_on"] else ""
-        return f"{row['topic']}-{row['partition']} offset {row['offset']}: {row['reason']} ({copies}{missing})"
+        missing = (
+            f"; missing on broker(s) {', '.join(map(str, row['missing_on']))}" if row["missing_on"] else ""
+        )
+        return (
+            f"{row['topic']}-{row['partition']} offset {row['offset']}: {row['reason']} ({copies}{missing})"
+        )
     if name == "out_of_order":
         return (
             f"{row['topic']}-{row['partition']} producer {row['producer_id']}/{row['producer_epoch']}: "
@@ -147,7 +153,9 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
         lines += ["", "## Skipped", ""] + [f"- {name}: {why}" for name, why in result.skipped.items()]
     if result.errors_by_name:
         lines += ["", "## Failed writes by error", ""]
-        lines += [f"- {name}: {n}" for name, n in sorted(result.errors_by_name.items(), key=lambda kv: -kv[1])]
+        lines += [
+            f"- {name}: {n}" for name, n in sorted(result.errors_by_name.items(), key=lambda kv: -kv[1])
+        ]
     if result.notes:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in result.notes]
     if result.timings_s:

@@ -37,8 +37,12 @@ def read_replica(partition_dir: Path) -> list[StoredBatch]:
         _, found = valid_prefix(buf)
         for pos, header in found:
             batches.append(
-                StoredBatch(header.base_offset, header.last_offset, header.partition_leader_epoch,
-                            bytes(buf[pos : pos + header.size]))
+                StoredBatch(
+                    header.base_offset,
+                    header.last_offset,
+                    header.partition_leader_epoch,
+                    bytes(buf[pos : pos + header.size]),
+                )
             )
     return batches
 
@@ -62,7 +66,8 @@ def compare_replicas(
     divergence too: below the HW every ISR member must have everything."""
     problems: list[Divergence] = []
     committed = {
-        name: {b.base_offset: b for b in batches if b.last_offset < below} for name, batches in replicas.items()
+        name: {b.base_offset: b for b in batches if b.last_offset < below}
+        for name, batches in replicas.items()
     }
     names = sorted(committed)
     if not names:
@@ -74,7 +79,9 @@ def compare_replicas(
             if mine is None or theirs is None:
                 holder = other if mine is None else reference
                 problems.append(
-                    Divergence(topic, partition, base, (reference, other), f"only {holder} has a batch at {base}")
+                    Divergence(
+                        topic, partition, base, (reference, other), f"only {holder} has a batch at {base}"
+                    )
                 )
             elif mine.data != theirs.data:
                 problems.append(

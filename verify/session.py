@@ -61,7 +61,11 @@ def build_session(
 
 
 def _build(
-    master: str, app_name: str, shuffle_partitions: int, driver_memory: str | None, extra_conf: dict[str, str] | None
+    master: str,
+    app_name: str,
+    shuffle_partitions: int,
+    driver_memory: str | None,
+    extra_conf: dict[str, str] | None,
 ) -> Any:
     from pyspark.sql import SparkSession
 

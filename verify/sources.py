@@ -121,8 +121,17 @@ class _Columns:
                 self.timestamps.extend(timestamps)
         h = header
         self.batches.append(
-            (n, h.producer_id, h.producer_epoch, h.partition_leader_epoch, h.base_offset, h.last_offset, h.crc,
-             crc_ok, h.base_sequence)
+            (
+                n,
+                h.producer_id,
+                h.producer_epoch,
+                h.partition_leader_epoch,
+                h.base_offset,
+                h.last_offset,
+                h.crc,
+                crc_ok,
+                h.base_sequence,
+            )
         )
         self.rows += n
 
@@ -149,13 +158,12 @@ class _Columns:
             "key": self.keys,
             "timestamp": self.timestamps,
         }
-        arrays = []
-        for field in schema:
-            if field.name in columns:
-                arrays.append(pa.array(columns[field.name], type=field.type))
-            else:
-                arrays.append(pa.array(np.full(self.rows, constants[field.name]) if field.name != "topic"
-                                       else [constants[field.name]] * self.rows, type=field.type))
+        arrays = [
+            pa.array(columns[field.name], type=field.type)
+            if field.name in columns
+            else pa.repeat(pa.scalar(constants[field.name], type=field.type), self.rows)
+            for field in schema
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -192,7 +200,9 @@ def replica_rows(broker: int, topic: str, partition: int, path: str) -> Iterator
     from verify.segments import scan_replica
 
     scanned = ((b.data, b.header, b.crc_ok) for b in scan_replica(Path(path)))
-    yield from _record_batches(scanned, SEGMENTS_DDL, {"broker": broker, "topic": topic, "partition": partition})
+    yield from _record_batches(
+        scanned, SEGMENTS_DDL, {"broker": broker, "topic": topic, "partition": partition}
+    )
 
 
 class SegmentsReader(DataSourceReader):
@@ -252,7 +262,9 @@ def offsets_key(topic: str, partition: int) -> str:
 
 
 class CommittedReader(DataSourceReader):
-    def __init__(self, bootstrap: str, topics: list[str], offsets: dict[str, list[int]] | None, timeout_s: float):
+    def __init__(
+        self, bootstrap: str, topics: list[str], offsets: dict[str, list[int]] | None, timeout_s: float
+    ):
         self.bootstrap = bootstrap
         self.topics = topics
         self.offsets = offsets

@@ -58,8 +58,13 @@ def local_cluster_log_dirs(cwd: Path | None = None) -> list[str]:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
 @click.option("--topic", "topics", multiple=True, help="Topic to verify (repeatable; default: the ledger's).")
 @click.option("--offline", is_flag=True, help="Verify from the log dirs alone; do not contact a cluster.")
-@click.option("--max-rows", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Offending rows kept per check in verification.json.")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Offending rows kept per check in verification.json.",
+)
 def verify(
     report_dir: Path,
     bootstrap_server: str | None,
@@ -87,7 +92,13 @@ def verify(
     from verify.job import run_verification
 
     result = run_verification(
-        report_dir, bootstrap, dirs or None, master, topics=list(topics) or None, progress=_say, row_cap=max_rows
+        report_dir,
+        bootstrap,
+        dirs or None,
+        master,
+        topics=list(topics) or None,
+        progress=_say,
+        row_cap=max_rows,
     )
     verdict = "PASSED" if result.ok else f"FAILED ({result.violation_count} violation(s))"
     click.echo(f"verification {verdict}")

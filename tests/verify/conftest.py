@@ -23,7 +23,9 @@ SMALL_DATA_CONF = {
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     session = build_session(
-        "local[2]", "floodmark-verify-tests", shuffle_partitions=1,
+        "local[2]",
+        "floodmark-verify-tests",
+        shuffle_partitions=1,
         driver_memory="2g",
         fast_start=True,
         extra_conf=SMALL_DATA_CONF,

@@ -87,7 +87,9 @@ class DiskCluster:
         for broker in self.brokers:
             if broker != leader:
                 self.log(broker, topic, partition).append_as_follower(data)
-        return self._record(topic, partition, info.first_offset, values, keys, producer_id, base_sequence, ledger)
+        return self._record(
+            topic, partition, info.first_offset, values, keys, producer_id, base_sequence, ledger
+        )
 
     def append_unchecked(
         self,
@@ -111,7 +113,12 @@ class DiskCluster:
         return self._record(topic, partition, offset, values, None, producer_id, base_sequence, ledger)
 
     def _build(
-        self, values: list[bytes], keys: list[bytes | None] | None, producer_id: int, producer_epoch: int, base_sequence: int
+        self,
+        values: list[bytes],
+        keys: list[bytes | None] | None,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
     ) -> bytes:
         self.clock_ms += 10
         keys = keys or [None] * len(values)

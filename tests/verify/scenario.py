@@ -57,7 +57,9 @@ def build(
     s = Scenario(root, disk, ledger)
     for p in PARTITIONS:
         for b in range(BATCHES_PER_EPOCH):
-            disk.produce(TOPIC, p, [value(p, b, i) for i in range(RECORDS_PER_BATCH)], epoch=0, leader=1, ledger=ledger)
+            disk.produce(
+                TOPIC, p, [value(p, b, i) for i in range(RECORDS_PER_BATCH)], epoch=0, leader=1, ledger=ledger
+            )
     ledger.fault({"action": "SIGKILL", "broker": 1, "id": "f1"})
     ledger.error(TOPIC, 0, "NOT_LEADER_OR_FOLLOWER")
     for p in PARTITIONS:
@@ -67,7 +69,9 @@ def build(
         ledger.leader_change({"topic": TOPIC, "partition": p, "leader": 2, "leader_epoch": 1})
     for p in PARTITIONS:
         for b in range(BATCHES_PER_EPOCH, 2 * BATCHES_PER_EPOCH):
-            disk.produce(TOPIC, p, [value(p, b, i) for i in range(RECORDS_PER_BATCH)], epoch=1, leader=2, ledger=ledger)
+            disk.produce(
+                TOPIC, p, [value(p, b, i) for i in range(RECORDS_PER_BATCH)], epoch=1, leader=2, ledger=ledger
+            )
     ledger.heal({"action": "restart", "broker": 1, "id": "f1"})
     if plant is not None:
         plant(s)

@@ -36,7 +36,9 @@ def test_violations_exit_3_with_progress_on_stderr(tmp_path: Path, spark: Any) -
     with open(s.report_dir / LEDGER_FILE, "a") as f:
         f.write('{"type": "ack", "topic": "t", "partition": 0, "off')  # the workload died mid-line
     # No --bootstrap-server and no cluster: the command says so and verifies offline.
-    result = CliRunner().invoke(cli(), ["verify", "--report-dir", str(s.report_dir), "--log-dirs", s.log_dirs])
+    result = CliRunner().invoke(
+        cli(), ["verify", "--report-dir", str(s.report_dir), "--log-dirs", s.log_dirs]
+    )
     assert result.exit_code == verify_cmd.VIOLATIONS_EXIT, (result.output, result.stderr)
     assert "no bootstrap servers found: verifying offline" in result.stderr
     assert "checking lost" in result.stderr and "verification FAILED" in result.stderr
@@ -53,7 +55,17 @@ def test_clean_run_exits_0_using_the_local_cluster_state_file(tmp_path: Path, sp
     brokers = {str(b): {"port": 1, "log_dir": str(s.disk.log_dir(b))} for b in s.disk.brokers}
     state.write_text(json.dumps({"bootstrap": "127.0.0.1:1", "brokers": brokers}))
     result = CliRunner().invoke(
-        cli(), ["verify", "--report-dir", str(s.report_dir), "--offline", "--topic", sc.TOPIC, "--master", "local[1]"]
+        cli(),
+        [
+            "verify",
+            "--report-dir",
+            str(s.report_dir),
+            "--offline",
+            "--topic",
+            sc.TOPIC,
+            "--master",
+            "local[1]",
+        ],
     )
     assert result.exit_code == 0, (result.output, result.stderr)
     assert result.stdout.startswith("verification PASSED")

@@ -122,10 +122,12 @@ def test_value_written_twice_is_duplicate(tmp_path: Path, spark: Any) -> None:
 
 def test_swapped_sequences_are_out_of_order(tmp_path: Path, spark: Any) -> None:
     def plant(s: sc.Scenario) -> None:  # a leader that took producer 2000's batches in the wrong order
-        s.disk.append_unchecked(TOPIC, 0, [b"s5", b"s6", b"s7"], epoch=1, producer_id=2000, base_sequence=5,
-                                ledger=s.ledger)
-        s.disk.append_unchecked(TOPIC, 0, [b"s0", b"s1", b"s2"], epoch=1, producer_id=2000, base_sequence=0,
-                                ledger=s.ledger)
+        s.disk.append_unchecked(
+            TOPIC, 0, [b"s5", b"s6", b"s7"], epoch=1, producer_id=2000, base_sequence=5, ledger=s.ledger
+        )
+        s.disk.append_unchecked(
+            TOPIC, 0, [b"s0", b"s1", b"s2"], epoch=1, producer_id=2000, base_sequence=0, ledger=s.ledger
+        )
 
     s = sc.build(tmp_path, plant)
     (row,) = assert_only(verify(s, spark), "out_of_order", 1)

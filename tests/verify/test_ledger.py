@@ -40,8 +40,18 @@ def test_writer_lines_match_the_documented_format(tmp_path: Path) -> None:
         ledger.leader_change({"topic": "t", "partition": 1, "leader": 3})
     lines = [json.loads(line) for line in (tmp_path / LEDGER_FILE).read_text().splitlines()]
     assert lines == [
-        {"type": "ack", "topic": "t", "partition": 1, "offset": 7, "key": "k", "value_digest": value_digest(b"v"),
-         "producer_id": 9, "sequence": 3, "time_ms": 42, "latency_ms": 1.235},
+        {
+            "type": "ack",
+            "topic": "t",
+            "partition": 1,
+            "offset": 7,
+            "key": "k",
+            "value_digest": value_digest(b"v"),
+            "producer_id": 9,
+            "sequence": 3,
+            "time_ms": 42,
+            "latency_ms": 1.235,
+        },
         {"type": "error", "topic": "t", "partition": -1, "error": "NOT_ENOUGH_REPLICAS", "time_ms": 50},
     ]
     events = [json.loads(line) for line in (tmp_path / EVENTS_FILE).read_text().splitlines()]

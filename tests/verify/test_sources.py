@@ -26,9 +26,23 @@ def oracle_rows(partition_dir: Path, broker: int, topic: str, partition: int) ->
             assert batch.validate_crc()
             for index, r in enumerate(batch):
                 rows.append(
-                    (broker, topic, partition, r.offset, batch.base_offset, batch.last_offset, batch.crc, True,
-                     batch.leader_epoch, value_digest(r.value), key_text(r.key), batch.producer_id,
-                     batch.producer_epoch, batch.base_sequence + index, r.timestamp)
+                    (
+                        broker,
+                        topic,
+                        partition,
+                        r.offset,
+                        batch.base_offset,
+                        batch.last_offset,
+                        batch.crc,
+                        True,
+                        batch.leader_epoch,
+                        value_digest(r.value),
+                        key_text(r.key),
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence + index,
+                        r.timestamp,
+                    )
                 )
     return rows
 
@@ -46,7 +60,9 @@ def test_segments_source_agrees_with_kafka_python(tmp_path: Path, spark: Any) ->
     )
     assert got == expected and len(got) == 3 * s.total
     # And what was written: every replica holds every value at its offset, in sequence.
-    written = {(w.partition, w.offset): (value_digest(w.value), w.producer_id, w.sequence) for w in s.disk.written}
+    written = {
+        (w.partition, w.offset): (value_digest(w.value), w.producer_id, w.sequence) for w in s.disk.written
+    }
     for row in got:
         assert written[(row[2], row[3])] == (row[9], row[11], row[13])
     assert {(row[3], row[8]) for row in got if row[2] == 0 and row[3] in (14, 15)} == {(14, 0), (15, 1)}
