@@ -10,11 +10,14 @@ segment's largest timestamp.
 
 Both are append-only files mirrored in memory (Python lists searched with bisect); no mmap,
 no preallocation. A file whose size is not a multiple of the entry size, or whose entries are
-out of order, is reported by :meth:`sanity_error` and rebuilt by the segment.
+out of order, is reported by :meth:`sanity_error` and rebuilt by the segment. A failed write
+(ENOSPC, EIO) cuts the file back to its size before the write and leaves the entries in memory
+as they were (docs/design.md "Log dir failure").
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from bisect import bisect_left, bisect_right
@@ -34,7 +37,9 @@ def _read_all(fd: int) -> bytes:
     return os.pread(fd, size, 0) if size else b""
 
 
-def _write_all(fd: int, data: bytes | bytearray) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write every byte of ``data`` to ``fd`` (O_APPEND). On an OSError some bytes may already be
+    written: the caller truncates the file back to its size before the call."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -72,10 +77,22 @@ class _IndexFile:
         raise NotImplementedError
 
     def truncate_entries(self, count: int) -> None:
-        """Keep only the first ``count`` entries, in memory and on disk."""
-        self._truncate_entries(count)
+        """Keep only the first ``count`` entries, on disk and then in memory (a failed truncate
+        leaves both as they were)."""
         os.ftruncate(self._fd, count * self.entry_size)
         self._raw_size = count * self.entry_size
+        self._truncate_entries(count)
+
+    def _write_entries(self, buf: bytes | bytearray) -> None:
+        """Append encoded entries to the file; on failure cut the file back to where it was, so
+        a torn entry never stays behind (and the next append lands where this one would have)."""
+        try:
+            write_all(self._fd, buf)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._raw_size)
+            raise
+        self._raw_size += len(buf)
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -148,11 +165,10 @@ class OffsetIndex(_IndexFile):
                 raise ValueError(f"{self.path}: offset {offset} cannot follow relative offset {last}")
             buf += OFFSET_ENTRY.pack(rel, position)
             last = rel
-        _write_all(self._fd, buf)
+        self._write_entries(buf)
         for offset, position in entries:
             self._rel_offsets.append(offset - self.base_offset)
             self._positions.append(position)
-        self._raw_size += len(buf)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry for ``offset`` or later."""
@@ -219,11 +235,10 @@ class TimeIndex(_IndexFile):
                 raise ValueError(f"{self.path}: entry ({timestamp}, {offset}) is out of order")
             buf += TIME_ENTRY.pack(timestamp, rel)
             last_ts, last_rel = timestamp, rel
-        _write_all(self._fd, buf)
+        self._write_entries(buf)
         for timestamp, offset in entries:
             self._timestamps.append(timestamp)
             self._rel_offsets.append(offset - self.base_offset)
-        self._raw_size += len(buf)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry for ``offset`` or later."""

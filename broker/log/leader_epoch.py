@@ -40,7 +40,8 @@ class EpochEntry:
 
 
 class LeaderEpochFileCache:
-    """Kafka's LeaderEpochFileCache. Every change is persisted before the method returns."""
+    """Kafka's LeaderEpochFileCache. Every change is persisted before it is applied in memory,
+    so a failed write (an I/O error in the log dir) changes nothing."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -64,8 +65,11 @@ class LeaderEpochFileCache:
             entries.append(entry)
         return entries
 
-    def _flush(self) -> None:
-        atomic_write_text(self.path, format_checkpoint([(e.epoch, e.start_offset) for e in self._entries]))
+    def _replace(self, entries: list[EpochEntry]) -> None:
+        """Persist ``entries`` (temp file, fsync, rename), then adopt them: a failed write
+        raises and leaves both the file and the cache as they were."""
+        atomic_write_text(self.path, format_checkpoint([(e.epoch, e.start_offset) for e in entries]))
+        self._entries = entries
 
     # ------------------------------------------------------------------ queries
 
@@ -142,15 +146,13 @@ class LeaderEpochFileCache:
                 start_offset,
                 self._entries[len(kept) :],
             )
-        self._entries = [*kept, EpochEntry(epoch, start_offset)]
-        self._flush()
+        self._replace([*kept, EpochEntry(epoch, start_offset)])
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget every epoch that starts at or after ``end_offset`` (the log was truncated there)."""
         if end_offset < 0 or not self._entries or self._entries[-1].start_offset < end_offset:
             return
-        self._entries = [e for e in self._entries if e.start_offset < end_offset]
-        self._flush()
+        self._replace([e for e in self._entries if e.start_offset < end_offset])
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs that lie wholly before ``start_offset``; the one covering it now starts there."""
@@ -160,9 +162,7 @@ class LeaderEpochFileCache:
         after = [e for e in self._entries if e.start_offset > start_offset]
         updated = [EpochEntry(before[-1].epoch, start_offset), *after]
         if updated != self._entries:
-            self._entries = updated
-            self._flush()
+            self._replace(updated)
 
     def clear(self) -> None:
-        self._entries = []
-        self._flush()
+        self._replace([])

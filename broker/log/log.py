@@ -23,6 +23,12 @@ end offset are deleted, and retention deletes those below the first segment.
 
 A ``Log`` is safe to call from several threads: one re-entrant lock serialises appends, reads,
 truncation and retention; ``flush`` does its fsyncs outside that lock.
+
+I/O errors (KIP-112, docs/design.md "Log dir failure"): any OSError while appending, reading,
+rolling, truncating, flushing or writing a snapshot or the epoch checkpoint closes the log for
+good (until the broker restarts and recovery runs), reports the log dir to the
+:class:`LogDirFailureChannel`, which takes every log in that dir offline, and surfaces as
+KAFKA_STORAGE_ERROR. A failed append leaves no byte behind (:meth:`LogSegment.append`).
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ import re
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, fsync_dir
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.producer_state import CorruptSnapshot, ProducerStateManager
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_name
 from client.protocol.errors import ErrorCode, KafkaError
@@ -143,6 +150,9 @@ class Log:
         self._truncations = 0  # bumped by every truncation, so a concurrent flush never over-claims
         self._dir_dirty = False  # segment files created or removed since the last directory fsync
         self._closed = False
+        self._failed: str | None = None  # the I/O error that closed this log for good
+        self.log_dir = self.dir.parent
+        self.failure_channel: LogDirFailureChannel | None = None
 
     # ------------------------------------------------------------------ opening and recovery
 
@@ -155,8 +165,10 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         self = cls(dir, config, time_ms)
+        self.failure_channel = failure_channel
         self.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._load(recovery_point, log_start_offset, clean_shutdown)
@@ -306,8 +318,33 @@ class Log:
                 segment.index_interval_bytes = config.index_interval_bytes
 
     def _check_open(self) -> None:
+        if self._failed is not None:
+            raise KafkaStorageError(f"log {self.dir} is offline after an I/O error: {self._failed}")
+        if self.failure_channel is not None and self.failure_channel.is_offline(self.log_dir):
+            raise KafkaStorageError(f"log dir {self.log_dir} of {self.topic}-{self.partition} is offline")
         if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+            raise KafkaStorageError(f"log {self.dir} is closed")
+
+    @property
+    def is_offline(self) -> bool:
+        """True once an I/O error closed this log or its log dir went offline."""
+        return self._failed is not None or (
+            self.failure_channel is not None and self.failure_channel.is_offline(self.log_dir)
+        )
+
+    @contextlib.contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Turn an OSError into KAFKA_STORAGE_ERROR, closing this log and reporting its dir."""
+        try:
+            yield
+        except OSError as e:
+            message = f"Error while {what} for {self.topic}-{self.partition} in dir {self.log_dir}"
+            self._failed = f"{what}: {e}"
+            if self.failure_channel is not None:
+                self.failure_channel.maybe_add_offline_log_dir(self.log_dir, message, e)
+            else:
+                log.error("%s: %s; the log is closed for writing", message, e)
+            raise KafkaStorageError(f"{message}: {e}") from e
 
     # ------------------------------------------------------------------ appending
 
@@ -371,9 +408,10 @@ class Log:
                 header = dataclasses.replace(header, base_offset=offset, partition_leader_epoch=leader_epoch)
                 stamped.append((pos, header))
                 offset = header.next_offset
-            if leader_epoch >= 0 and leader_epoch > self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, stamped[0][1].base_offset)
-            return self._append(buf, stamped)
+            with self._io("appending to the log"):
+                if leader_epoch >= 0 and leader_epoch > self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(leader_epoch, stamped[0][1].base_offset)
+                return self._append(buf, stamped)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader, keeping their offsets and epochs."""
@@ -389,9 +427,17 @@ class Log:
                         f"starts at {header.base_offset}, expected at least {expected}",
                     )
                 expected = header.next_offset
-            for _, header in batches:
-                self._assign_epoch_from_batch(header)
-            return self._append(records, batches)
+            with self._io("appending to the log"):
+                for _, header in batches:
+                    self._assign_epoch_from_batch(header)
+                return self._append(records, batches)
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record (epoch, start offset) in the leader epoch cache (a new leader's first step)."""
+        with self._lock:
+            self._check_open()
+            with self._io("writing the leader epoch checkpoint"):
+                self.leader_epoch_cache.assign(epoch, start_offset)
 
     def _append(
         self, buf: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]
@@ -460,7 +506,8 @@ class Log:
         """Start a new active segment at the LEO (nothing happens when the active one is empty)."""
         with self._lock:
             self._check_open()
-            self._roll(self._leo, "requested")
+            with self._io("rolling a segment"):
+                self._roll(self._leo, "requested")
 
     # ------------------------------------------------------------------ reading
 
@@ -476,36 +523,38 @@ class Log:
         consumers). Data comes from one segment per call, as in Kafka."""
         with self._lock:
             self._check_open()
-            leo = self._leo
-            if start_offset < self.log_start_offset or start_offset > leo:
-                raise KafkaError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {start_offset} is outside [{self.log_start_offset}, {leo}] "
-                    f"of {self.topic}-{self.partition}",
-                )
-            if start_offset == leo or (max_offset is not None and start_offset >= max_offset):
+            with self._io("reading the log"):
+                leo = self._leo
+                if start_offset < self.log_start_offset or start_offset > leo:
+                    raise KafkaError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {start_offset} is outside [{self.log_start_offset}, {leo}] "
+                        f"of {self.topic}-{self.partition}",
+                    )
+                if start_offset == leo or (max_offset is not None and start_offset >= max_offset):
+                    return FetchDataInfo(start_offset, b"")
+                i = max(0, bisect_right(self._bases, start_offset) - 1)
+                while i < len(self._segments):
+                    data = self._segments[i].read(start_offset, max_bytes, max_offset, min_one_message)
+                    if data is not None:
+                        return FetchDataInfo(start_offset, data)
+                    i += 1
                 return FetchDataInfo(start_offset, b"")
-            i = max(0, bisect_right(self._bases, start_offset) - 1)
-            while i < len(self._segments):
-                data = self._segments[i].read(start_offset, max_bytes, max_offset, min_one_message)
-                if data is not None:
-                    return FetchDataInfo(start_offset, data)
-                i += 1
-            return FetchDataInfo(start_offset, b"")
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or above the log start offset whose
         timestamp is >= ``timestamp``; None when there is none."""
         with self._lock:
             self._check_open()
-            for segment in self._segments:
-                starting = max(self.log_start_offset, segment.base_offset)
-                if segment.max_timestamp < timestamp or segment.next_offset <= starting:
-                    continue
-                found = segment.find_offset_by_timestamp(timestamp, starting)
-                if found is not None:
-                    return found
-            return None
+            with self._io("searching the time index"):
+                for segment in self._segments:
+                    starting = max(self.log_start_offset, segment.base_offset)
+                    if segment.max_timestamp < timestamp or segment.next_offset <= starting:
+                        continue
+                    found = segment.find_offset_by_timestamp(timestamp, starting)
+                    if found is not None:
+                        return found
+                return None
 
     # ------------------------------------------------------------------ offsets
 
@@ -538,45 +587,47 @@ class Log:
             raise ValueError(f"cannot truncate {self.dir} to negative offset {offset}")
         with self._lock:
             self._check_open()
-            if offset >= self._leo:
-                # No record to remove, but an epoch entry starting at the LEO (we led an epoch and
-                # wrote nothing in it) conflicts with the new leader: drop it, as Kafka does, or
-                # KIP-279's "truncate and ask again" would ask about that epoch forever.
-                self.leader_epoch_cache.truncate_from_end(self._leo)
-                return
-            if offset < self._segments[0].base_offset:
-                self.truncate_fully_and_start_at(offset)
-                return
-            old_leo = self._leo
-            while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
-                self._segments.pop().delete()
-                self._bases.pop()
-                self._dir_dirty = True
-            self._segments[-1].truncate_to(offset)
-            self._leo = self._segments[-1].next_offset
-            self._after_truncation()
-            self._load_producer_state()
-            log.info("%s: truncated from log end offset %d to %d", self.dir, old_leo, self._leo)
+            with self._io("truncating the log"):
+                if offset >= self._leo:
+                    # No record to remove, but an epoch entry starting at the LEO (we led an epoch and
+                    # wrote nothing in it) conflicts with the new leader: drop it, as Kafka does, or
+                    # KIP-279's "truncate and ask again" would ask about that epoch forever.
+                    self.leader_epoch_cache.truncate_from_end(self._leo)
+                    return
+                if offset < self._segments[0].base_offset:
+                    self.truncate_fully_and_start_at(offset)
+                    return
+                old_leo = self._leo
+                while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+                    self._segments.pop().delete()
+                    self._bases.pop()
+                    self._dir_dirty = True
+                self._segments[-1].truncate_to(offset)
+                self._leo = self._segments[-1].next_offset
+                self._after_truncation()
+                self._load_producer_state()
+                log.info("%s: truncated from log end offset %d to %d", self.dir, old_leo, self._leo)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and start an empty log at ``offset``."""
         with self._lock:
             self._check_open()
-            for segment in self._segments:
-                segment.delete()
-            segment = LogSegment.create(self.dir, offset, **self._segment_kwargs())
-            self._segments, self._bases = [segment], [offset]
-            self._dir_dirty = True
-            self._leo = offset
-            self.log_start_offset = offset
-            self.leader_epoch_cache.clear()
-            self._after_truncation()
-            for _, path in self._snapshot_files():
-                path.unlink(missing_ok=True)
-            self.producer_state.clear(offset)
-            self.high_watermark = offset
-            self.recovery_point = offset
-            log.info("%s: truncated fully, the log now starts at offset %d", self.dir, offset)
+            with self._io("truncating the log"):
+                for segment in self._segments:
+                    segment.delete()
+                segment = LogSegment.create(self.dir, offset, **self._segment_kwargs())
+                self._segments, self._bases = [segment], [offset]
+                self._dir_dirty = True
+                self._leo = offset
+                self.log_start_offset = offset
+                self.leader_epoch_cache.clear()
+                self._after_truncation()
+                for _, path in self._snapshot_files():
+                    path.unlink(missing_ok=True)
+                self.producer_state.clear(offset)
+                self.high_watermark = offset
+                self.recovery_point = offset
+                log.info("%s: truncated fully, the log now starts at offset %d", self.dir, offset)
 
     def _after_truncation(self) -> None:
         self._truncations += 1
@@ -593,31 +644,32 @@ class Log:
         high watermark, never an empty active segment. Returns how many were deleted."""
         with self._lock:
             self._check_open()
-            deleted = 0
-            if self.config.retention_ms >= 0:
-                now = self._time_ms()
-                retention_ms = self.config.retention_ms
+            with self._io("deleting old segments"):
+                deleted = 0
+                if self.config.retention_ms >= 0:
+                    now = self._time_ms()
+                    retention_ms = self.config.retention_ms
+                    deleted += self._delete_segments(
+                        lambda segment, _next: now - segment.largest_timestamp > retention_ms, "retention.ms"
+                    )
+                if self.config.retention_bytes >= 0:
+                    excess = self.size_in_bytes - self.config.retention_bytes
+
+                    def beyond_size(segment: LogSegment, _next: LogSegment | None) -> bool:
+                        nonlocal excess
+                        if excess - segment.size >= 0:
+                            excess -= segment.size
+                            return True
+                        return False
+
+                    deleted += self._delete_segments(beyond_size, "retention.bytes")
                 deleted += self._delete_segments(
-                    lambda segment, _next: now - segment.largest_timestamp > retention_ms, "retention.ms"
+                    lambda _segment, following: (
+                        following is not None and following.base_offset <= self.log_start_offset
+                    ),
+                    "log start offset",
                 )
-            if self.config.retention_bytes >= 0:
-                excess = self.size_in_bytes - self.config.retention_bytes
-
-                def beyond_size(segment: LogSegment, _next: LogSegment | None) -> bool:
-                    nonlocal excess
-                    if excess - segment.size >= 0:
-                        excess -= segment.size
-                        return True
-                    return False
-
-                deleted += self._delete_segments(beyond_size, "retention.bytes")
-            deleted += self._delete_segments(
-                lambda _segment, following: (
-                    following is not None and following.base_offset <= self.log_start_offset
-                ),
-                "log start offset",
-            )
-            return deleted
+                return deleted
 
     def _delete_segments(
         self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
@@ -670,24 +722,27 @@ class Log:
 
     def _write_producer_snapshot(self, offset: int) -> None:
         """Write the state as ``<offset>.snapshot`` (temp file, then rename). Not fsynced, as in
-        Kafka's roll path: a snapshot a crash tore fails its CRC and an older one is used."""
+        Kafka's roll path: a snapshot a crash tore fails its CRC and an older one is used. A
+        failed write removes the temp file and raises (the caller's ``_io`` takes the dir
+        offline, as Kafka does for any IOException in a log dir)."""
         self.producer_state.map_end_offset = offset
         path = self.dir / (segment_name(offset) + SNAPSHOT_SUFFIX)
         tmp = path.with_name(path.name + ".tmp")
         try:
             tmp.write_bytes(self.producer_state.to_bytes())
             os.replace(tmp, path)
-        except OSError as e:
-            log.warning("%s: cannot write producer snapshot %s: %s", self.dir, path.name, e)
+        except OSError:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            raise
 
     def take_producer_snapshot(self) -> None:
         """Snapshot the producer state at the log end offset (the log manager does it at clean
         shutdown, so the next start replays nothing)."""
         with self._lock:
             self._check_open()
-            self._write_producer_snapshot(self._leo)
+            with self._io("writing a producer snapshot"):
+                self._write_producer_snapshot(self._leo)
 
     def _load_producer_state(self) -> None:
         """Rebuild the producer state: the newest valid snapshot at or below the log end offset
@@ -734,10 +789,11 @@ class Log:
                         dirty.append(segment)
             generation = self._truncations
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-        for segment in dirty:
-            segment.flush()
-        if dir_dirty:
-            fsync_dir(self.dir)
+        with self._io("flushing the log"):
+            for segment in dirty:
+                segment.flush()
+            if dir_dirty:
+                fsync_dir(self.dir)
         with self._lock:
             if generation == self._truncations and target > self.recovery_point:
                 self.recovery_point = min(target, self._leo)

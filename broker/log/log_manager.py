@@ -6,10 +6,17 @@ with the fewest partitions, and keeps three checkpoint files per log dir:
 ``replication-offset-checkpoint`` (high watermarks), ``recovery-point-offset-checkpoint`` and
 ``log-start-offset-checkpoint``. It also runs the retention and time-based flush policies when
 the broker's scheduler calls it, and writes the clean-shutdown marker last on shutdown.
+
+JBOD and KIP-112 (docs/design.md "Log dir failure"): ``log.dirs`` may list several dirs. An
+I/O error in one (while loading, appending, flushing, checkpointing, ...) is reported to the
+:class:`LogDirFailureChannel`, which marks the dir offline at once; :meth:`handle_log_dir_failure`
+then closes and forgets its logs. An offline dir is never chosen for a new log, never
+checkpointed and never gets the clean-shutdown marker, so the next start recovers it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -19,6 +26,7 @@ from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
 from broker.log.log import Log, LogConfig, parse_topic_partition
+from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +40,13 @@ TopicPartition = tuple[str, int]
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], default_config: LogConfig, time_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        time_ms: Callable[[], int],
+        failure_channel: LogDirFailureChannel | None = None,
+    ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -42,8 +56,21 @@ class LogManager:
         self._time_ms = time_ms
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
+        self.failure_channel = failure_channel or LogDirFailureChannel()
         for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self.failure_channel.maybe_add_offline_log_dir(
+                    d, f"Failed to create or validate log dir {d}", e
+                )
+
+    @property
+    def online_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
+    def is_offline(self, log_dir: Path) -> bool:
+        return self.failure_channel.is_offline(log_dir)
 
     # ------------------------------------------------------------------ loading
 
@@ -59,42 +86,53 @@ class LogManager:
         default config per topic."""
         topic_configs = topic_configs or {}
         with self._lock:
-            for log_dir in self.log_dirs:
-                marker = log_dir / CLEAN_SHUTDOWN_FILE
-                clean = marker.exists()
-                recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-                start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-                high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
-                log.info("loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
-                for path in sorted(log_dir.iterdir()):
-                    if not path.is_dir():
-                        continue
-                    if path.name.endswith(DELETE_SUFFIX):
-                        log.info("removing %s, a log whose deletion did not finish", path)
-                        shutil.rmtree(path, ignore_errors=True)
-                        continue
-                    try:
-                        tp = parse_topic_partition(path.name)
-                    except ValueError:
-                        log.warning("ignoring %s: not a <topic>-<partition> directory", path)
-                        continue
-                    if tp in self._logs:
-                        raise RuntimeError(
-                            f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}"
-                        )
-                    opened = Log.open(
-                        path,
-                        topic_configs.get(tp[0], self.default_config),
-                        self._time_ms,
-                        recovery_point=recovery_points.get(tp, 0),
-                        log_start_offset=start_offsets.get(tp, 0),
-                        clean_shutdown=clean,
+            for log_dir in self.online_log_dirs:
+                try:
+                    self._load_dir(log_dir, topic_configs)
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(
+                        log_dir, f"Error while loading log dir {log_dir}", e
                     )
-                    opened.update_high_watermark(high_watermarks.get(tp, 0))
-                    self._logs[tp] = opened
-                if clean:
-                    marker.unlink()
-                    fsync_dir(log_dir)
+                    for tp in list(self._logs_in(log_dir)):
+                        self._logs.pop(tp).close()
+
+    def _load_dir(self, log_dir: Path, topic_configs: Mapping[str, LogConfig]) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
+        log.info("loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
+        for path in sorted(log_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.endswith(DELETE_SUFFIX):
+                log.info("removing %s, a log whose deletion did not finish", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            try:
+                tp = parse_topic_partition(path.name)
+            except ValueError:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                continue
+            if tp in self._logs:
+                raise RuntimeError(
+                    f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}"
+                )
+            opened = Log.open(
+                path,
+                topic_configs.get(tp[0], self.default_config),
+                self._time_ms,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                clean_shutdown=clean,
+                failure_channel=self.failure_channel,
+            )
+            opened.update_high_watermark(high_watermarks.get(tp, 0))
+            self._logs[tp] = opened
+        if clean:
+            marker.unlink()
+            fsync_dir(log_dir)
 
     # ------------------------------------------------------------------ lookup and placement
 
@@ -108,6 +146,22 @@ class LogManager:
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
         return {tp: lg for tp, lg in self._logs.items() if lg.dir.parent == log_dir}
 
+    def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """Forget every log in the offline ``log_dir`` (closing them); returns their partitions.
+        Their files stay on disk for recovery at the next start."""
+        with self._lock:
+            doomed = self._logs_in(log_dir)
+            for tp, lg in doomed.items():
+                del self._logs[tp]
+                lg.close()
+            log.error(
+                "stopped serving %d log(s) in offline log dir %s: %s",
+                len(doomed),
+                log_dir,
+                ", ".join(f"{t}-{p}" for t, p in sorted(doomed)) or "none",
+            )
+            return sorted(doomed)
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The log of this partition, created empty in the log dir with the fewest partitions."""
         with self._lock:
@@ -116,13 +170,28 @@ class LogManager:
                 return existing
             if not topic or partition < 0 or "/" in topic or topic in (".", ".."):
                 raise ValueError(f"invalid topic partition {topic!r}-{partition}")
-            counts = {d: 0 for d in self.log_dirs}
+            online = self.online_log_dirs
+            if not online:
+                raise KafkaStorageError(
+                    f"cannot create a log for {topic}-{partition}: every log dir is offline"
+                )
+            counts = {d: 0 for d in online}
             for lg in self._logs.values():
                 if lg.dir.parent in counts:
                     counts[lg.dir.parent] += 1
-            log_dir = min(self.log_dirs, key=lambda d: counts[d])
-            created = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, self._time_ms)
-            fsync_dir(log_dir)
+            log_dir = min(online, key=lambda d: counts[d])  # Kafka: the dir with the fewest partitions
+            try:
+                created = Log.open(
+                    log_dir / f"{topic}-{partition}",
+                    config or self.default_config,
+                    self._time_ms,
+                    failure_channel=self.failure_channel,
+                )
+                fsync_dir(log_dir)
+            except OSError as e:
+                message = f"Error while creating log for {topic}-{partition} in dir {log_dir}"
+                self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
+                raise KafkaStorageError(f"{message}: {e}") from e
             self._logs[(topic, partition)] = created
             log.info("created log for %s-%d in %s", topic, partition, log_dir)
             return created
@@ -137,8 +206,13 @@ class LogManager:
             removed.close()
             log_dir = removed.dir.parent
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-            removed.dir.rename(doomed)
-            fsync_dir(log_dir)
+            try:
+                removed.dir.rename(doomed)
+                fsync_dir(log_dir)
+            except OSError as e:
+                message = f"Error while deleting log for {topic}-{partition} in dir {log_dir}"
+                self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
+                raise KafkaStorageError(f"{message}: {e}") from e
             shutil.rmtree(doomed, ignore_errors=True)
             log.info("deleted log for %s-%d from %s", topic, partition, log_dir)
             self._write_checkpoints(log_dir)
@@ -148,8 +222,14 @@ class LogManager:
     def _checkpoint(self, name: str, value: Callable[[Log], int], log_dirs: list[Path] | None = None) -> None:
         with self._lock:
             for log_dir in log_dirs or self.log_dirs:
+                if self.is_offline(log_dir):
+                    continue
                 offsets = {tp: value(lg) for tp, lg in self._logs_in(log_dir).items()}
-                OffsetCheckpointFile(log_dir / name).write(offsets)
+                try:
+                    OffsetCheckpointFile(log_dir / name).write(offsets)
+                except OSError as e:
+                    message = f"Error while writing {name} in dir {log_dir}"
+                    self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
 
     def checkpoint_high_watermarks(self) -> None:
         self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark)
@@ -171,7 +251,10 @@ class LogManager:
         """Retention on every log; returns the number of segments deleted."""
         total = 0
         for lg in self.all_logs().values():
-            total += lg.delete_old_segments()
+            if lg.is_offline:
+                continue
+            with contextlib.suppress(KafkaStorageError):  # its dir went offline: the channel has it
+                total += lg.delete_old_segments()
         return total
 
     def flush_dirty_logs(self) -> None:
@@ -180,6 +263,8 @@ class LogManager:
         after a crash only has to re-scan the active segment."""
         now = self._time_ms()
         for lg in self.all_logs().values():
+            if lg.is_offline:
+                continue
             try:
                 if now - lg.last_flush_ms >= lg.config.flush_interval_ms:
                     lg.flush()
@@ -194,14 +279,28 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
             for lg in logs:
-                lg.flush()
+                with contextlib.suppress(KafkaStorageError):  # its dir is now offline
+                    lg.flush()
             for log_dir in self.log_dirs:
                 self._write_checkpoints(log_dir)
             for lg in logs:
-                lg.take_producer_snapshot()  # SPEC 5.4: the next start replays no batch header
+                with contextlib.suppress(KafkaStorageError):
+                    lg.take_producer_snapshot()  # SPEC 5.4: the next start replays no batch header
                 lg.close()
-            for log_dir in self.log_dirs:
-                (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-                fsync_dir(log_dir)
+            for log_dir in self.online_log_dirs:
+                try:
+                    (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                    fsync_dir(log_dir)
+                except OSError as e:
+                    self.failure_channel.maybe_add_offline_log_dir(
+                        log_dir, f"Error while shutting down {log_dir}", e
+                    )
             self._logs.clear()
-            log.info("log manager shut down cleanly")
+            offline = sorted(str(d) for d in self.failure_channel.offline_dirs)
+            if offline:
+                log.warning(
+                    "log manager shut down; offline log dir(s) %s will be recovered at the next start",
+                    offline,
+                )
+            else:
+                log.info("log manager shut down cleanly")

@@ -3,7 +3,8 @@
 The ``.log`` file is a plain concatenation of RecordBatch v2 batches, exactly as Kafka writes
 them. The segment only walks batch headers (:func:`client.protocol.records.parse_header`); it
 decodes records solely to answer a timestamp lookup. Files stay open: appends use ``os.write``
-on an O_APPEND descriptor, reads use ``os.pread``.
+on an O_APPEND descriptor, reads use ``os.pread``. An append is all or nothing: a write that
+fails part way is cut back off the file and the indexes (docs/design.md "Log dir failure").
 
 A segment is not thread-safe by itself: the owning :class:`broker.log.log.Log` serialises
 appends, reads and truncations. Only ``flush`` may run concurrently with them (a small lock
@@ -16,9 +17,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
+from broker.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, write_all
 from client.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -44,11 +46,24 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+@dataclass(frozen=True)
+class _AppendState:
+    """What an append changes, so a failed one can be undone."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes_since_index: int
+    rolling_base_ms: int | None
+    last_modified_ms: int
+    index_entries: int
+    time_index_entries: int
+
+
+class SegmentUnwritable(OSError):
+    """A failed append could not be undone (the truncate failed too): the segment refuses
+    every later append, so nothing is ever written after its torn bytes."""
 
 
 class LogSegment:
@@ -81,6 +96,7 @@ class LogSegment:
         self._bytes_since_index = 0
         self._rolling_base_ms: int | None = None
         self._io_lock = threading.Lock()
+        self._torn: str | None = None  # why appends are refused (a failed append left bytes behind)
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, **kwargs) -> LogSegment:
@@ -220,16 +236,58 @@ class LogSegment:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, buf: bytes | bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
-        """Write whole batches; ``batches`` are (position in ``buf``, header) with final offsets."""
-        start = self._size
-        _write_all(self._fd, buf)
-        self._size += len(buf)
-        now = self._time_ms()
-        if self._rolling_base_ms is None:
-            self._rolling_base_ms = now
-        self._last_modified_ms = now
-        self._index_batches([(start + pos, header) for pos, header in batches])
+    def append(self, buf: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write whole batches; ``batches`` are (position in ``buf``, header) with final offsets.
+
+        All or nothing: when a write fails part way (ENOSPC, EIO), the log file and both indexes
+        are cut back to their sizes before the call and the in-memory state restored, then the
+        OSError is raised; the next append lands where the failed one would have. When even
+        that cut fails, the segment refuses every later append (:class:`SegmentUnwritable`)."""
+        if self._torn is not None:
+            raise SegmentUnwritable(f"{self.log_path}: refusing to append after a failed write: {self._torn}")
+        before = self._append_state()
+        try:
+            write_all(self._fd, buf)
+            self._size += len(buf)
+            now = self._time_ms()
+            if self._rolling_base_ms is None:
+                self._rolling_base_ms = now
+            self._last_modified_ms = now
+            self._index_batches([(before.size + pos, header) for pos, header in batches])
+        except OSError as e:
+            self._undo_append(before, e)
+            raise
+
+    def _append_state(self) -> _AppendState:
+        return _AppendState(
+            self._size,
+            self._next_offset,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._bytes_since_index,
+            self._rolling_base_ms,
+            self._last_modified_ms,
+            len(self.index),
+            len(self.time_index),
+        )
+
+    def _undo_append(self, before: _AppendState, error: OSError) -> None:
+        try:
+            os.ftruncate(self._fd, before.size)
+            if len(self.index) != before.index_entries:
+                self.index.truncate_entries(before.index_entries)
+            if len(self.time_index) != before.time_index_entries:
+                self.time_index.truncate_entries(before.time_index_entries)
+        except OSError as undo_error:
+            self._torn = f"{error}; cutting the file back to {before.size} bytes failed too: {undo_error}"
+            log.error("%s: %s", self.log_path, self._torn)
+        self._size = before.size
+        self._next_offset = before.next_offset
+        self._max_timestamp = before.max_timestamp
+        self._offset_of_max_timestamp = before.offset_of_max_timestamp
+        self._bytes_since_index = before.bytes_since_index
+        self._rolling_base_ms = before.rolling_base_ms
+        self._last_modified_ms = before.last_modified_ms
 
     def _index_batches(self, batches: Iterable[tuple[int, BatchHeader]]) -> None:
         offset_entries: list[tuple[int, int]] = []

@@ -183,7 +183,7 @@ class ReplicaManager:
             self.fetchers.remove_partition(partition.key)
         partition.make_leader(state, log_.log_end_offset, self.time_ms())
         # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
-        log_.leader_epoch_cache.assign(state.leader_epoch, log_.log_end_offset)
+        log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
         self.state_change_log(
             {"event": "BecameLeader", "topic": partition.topic, "partition": partition.partition,
              "leader_epoch": state.leader_epoch, "log_end_offset": log_.log_end_offset,
