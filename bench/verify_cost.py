@@ -146,6 +146,7 @@ def measure(records: int, master: str, keep: bool, jvm: str = "auto") -> dict:
             f"{gen.ledger_bytes / 1e6:.0f} MB of ledger"
         )
         log_dirs = ",".join(str(root / f"broker-{b}" / "data") for b in BROKERS)
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         fast_start = {"auto": None, "fast-start": True, "throughput": False}[jvm]
         result = run_verification(
@@ -157,6 +158,7 @@ def measure(records: int, master: str, keep: bool, jvm: str = "auto") -> dict:
         say(f"  {records:,} records verified in {wall:.1f}s")
         return {
             "jvm": result.inputs["jvm"],
+            "load": (load_before, os.getloadavg()[0]),
             "records": records,
             "wall_s": wall,
             "generate_s": gen.seconds,
@@ -193,16 +195,22 @@ def markdown(results: list[dict], master: str) -> str:
         f"{RECORDS_PER_BATCH} records with {VALUE_BYTES}-byte values, one ledger line per record. Every replica's "
         "records are decoded and hashed, so the job reads 3 x N records from the segments plus N ledger lines. "
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, driver memory "
-        f"{os.environ.get('FLOODMARK_SPARK_DRIVER_MEMORY', '4g')}.",
+        f"{os.environ.get('FLOODMARK_SPARK_DRIVER_MEMORY', '4g')}. JVM `fast-start` is MACHINE-NOTES' "
+        "`-XX:+UseSerialGC -XX:TieredStopAtLevel=1` with the small-input Spark settings (no whole-stage "
+        "codegen, no adaptive execution, 2 shuffle partitions); `throughput` is `-XX:+UseParallelGC` with "
+        "the full JIT and Spark's defaults (16 shuffle partitions, adaptive). `floodmark verify` picks "
+        "fast-start below 32 MiB of input. The machine is shared: the load average column says how busy "
+        "it was.",
         "",
-        "| acknowledged records | JVM | segments (3 replicas) | ledger | wall time of the job | records/s (ledger) |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| acknowledged records | JVM | segments (3 replicas) | ledger | wall time of the job | records/s (ledger) "
+        "| load average before / after |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in results:
         gen = r["gen"]
         lines.append(
             f"| {r['records']:,} | {r['jvm']} | {gen.segment_bytes / 1e6:,.0f} MB | {gen.ledger_bytes / 1e6:,.0f} MB | "
-            f"{r['wall_s']:.0f} s | {r['records'] / r['wall_s']:,.0f} |"
+            f"{r['wall_s']:.0f} s | {r['records'] / r['wall_s']:,.0f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
         )
     lines += [
         "",

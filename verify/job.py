@@ -9,15 +9,22 @@
   checkpoint files in the driver (:mod:`verify.replicas`). Without ``bootstrap`` the job runs
   offline: the committed log is what the most complete replica of each partition holds below
   the highest HW any replica checkpointed (:func:`verify.checks.committed_from_replicas`): what a
-  consumer would read if that replica led. A checkpointed HW can lag the
-  HW the cluster had (it is written periodically), so offline, acknowledged writes between the
-  two count as lost with the reason "offset at or above the high watermark": verify a live,
-  healed cluster, or one stopped cleanly, for an exact answer.
+  consumer would read if that replica led. A checkpointed HW can lag the HW the cluster had (it
+  is written periodically), so offline, acknowledged writes between the two count as lost with
+  the reason "offset at or above the high watermark": verify a live, healed cluster, or one
+  stopped cleanly, for an exact answer.
 
 Then it runs the checks of :mod:`verify.checks`, writes ``R/verification.json``,
 ``R/summary.md`` and ``R/timeline.png`` and returns a :class:`verify.report.Result`, ``ok``
 only when every check that ran found nothing. The replica checks (divergent, hw_above_leo,
 epoch_cache_inconsistent) need ``log_dirs`` and are reported as skipped without them.
+
+The session: the caller's active one if there is one (used as is, left running, its cache
+cleared at the end), else one built here and stopped at the end: the fast-start JVM with the
+small-input Spark settings below 32 MiB of input (ledger + segments, about 100,000 records),
+the throughput JVM with Spark's defaults above. Around that size the two took about as long
+here; far below it fast-start wins, far above throughput does (docs/benchmarks.md,
+"Verification cost").
 
 Topics checked: ``topics`` if given, else those in the ledger, else every topic in the log dirs
 whose name does not start with ``__`` (internal topics such as ``__consumer_offsets`` rewrite
@@ -31,6 +38,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,12 +48,14 @@ from verify.ledger import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
 from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary
-from verify.session import DEFAULT_MASTER, build_session
+from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
 from verify.sources import COMMITTED_SOURCE, SEGMENTS_SOURCE, offsets_key
 
 DEFAULT_ROW_CAP = 100
 #: Input size (ledger + segments) up to which the fast-start JVM is the faster choice.
-FAST_START_MAX_INPUT_BYTES = 128 * 1024 * 1024
+FAST_START_MAX_INPUT_BYTES = 32 * 1024 * 1024
+#: Checks run at once on a small input (one at a time on a big one).
+CONCURRENT_CHECKS = 3
 MAX_TIMELINE_POINTS = 600
 CORRUPT = "_corrupt_record"
 
@@ -82,9 +92,10 @@ def run_verification(
 ) -> Result:
     """Run every check and write the report into ``report_dir`` (see the module docstring).
 
-    ``fast_start`` picks the JVM settings of a session the job builds itself
-    (:func:`verify.session.build_session`); None chooses by the size of the input
-    (:func:`choose_fast_start`)."""
+    ``fast_start`` picks the settings of a session the job builds itself
+    (:func:`verify.session.build_session`): True is the fast-start JVM with the small-input
+    Spark settings, False the throughput JVM with Spark's defaults, None chooses by the size of
+    the input (:func:`choose_fast_start`)."""
     report_dir = Path(report_dir)
     dirs = split_log_dirs(log_dirs)
     if not bootstrap and not dirs:
@@ -103,14 +114,36 @@ def run_verification(
             if fast_start is None:
                 fast_start = choose_fast_start(report_dir, dirs)
             jvm = "fast-start" if fast_start else "throughput"
-            say(f"JVM settings: {jvm}")
-            spark = build_session(master, fast_start=fast_start)
+            say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")
+            if fast_start:
+                spark = build_session(
+                    master,
+                    fast_start=True,
+                    shuffle_partitions=SMALL_INPUT_SHUFFLE_PARTITIONS,
+                    extra_conf=SMALL_INPUT_CONF,
+                )
+            else:
+                spark = build_session(master)
     else:
         from verify.sources import register
 
         register(spark)
     try:
-        return _run(spark, report_dir, bootstrap, dirs, topics, say, row_cap, plot, timeout_s, timings, jvm)
+        small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
+        return _run(
+            spark,
+            report_dir,
+            bootstrap,
+            dirs,
+            topics,
+            say,
+            row_cap,
+            plot,
+            timeout_s,
+            timings,
+            jvm,
+            small_input,
+        )
     finally:
         if owned:
             spark.stop()
@@ -149,6 +182,7 @@ def _run(
     timeout_s: float,
     timings: Timings,
     jvm: str,
+    small_input: bool,
 ) -> Result:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -342,19 +376,28 @@ def _run(
     else:
         for name in ("divergent", "hw_above_leo", "epoch_cache_inconsistent"):
             skipped[name] = "no log dirs given (--log-dirs)"
+
+    def run_check(name: str) -> tuple[str, int, list[Any], float]:
+        begun = time.perf_counter()
+        df = offending[name]()
+        rows = df.orderBy(*order[name]).limit(row_cap).collect()
+        count = len(rows) if len(rows) < row_cap else df.count()
+        return name, count, rows, time.perf_counter() - begun
+
     for name in CHECKS:
         if name not in offending:
             counts[name] = 0
-            continue
-        say(f"checking {name}")
-        with timings.measure(name):
-            df = offending[name]()
-            rows = df.orderBy(*order[name]).limit(row_cap).collect()
-            counts[name] = len(rows) if len(rows) < row_cap else df.count()
-        violations[name] = [row.asDict(recursive=True) for row in rows]
-        truncated[name] = counts[name] > len(rows)
-        if counts[name]:
-            say(f"  {name}: {counts[name]}")
+    # On a small input most of a check's time is Spark scheduling its tiny jobs, which overlaps
+    # well; on a big one the checks would only compete for the cores and the memory.
+    parallel = CONCURRENT_CHECKS if small_input else 1
+    say(f"checking {', '.join(n for n in CHECKS if n in offending)}")
+    with ThreadPoolExecutor(parallel, thread_name_prefix="floodmark-check") as pool:
+        for name, count, rows, seconds in pool.map(run_check, [n for n in CHECKS if n in offending]):
+            timings[name] = round(seconds, 3)
+            counts[name] = count
+            violations[name] = [row.asDict(recursive=True) for row in rows]
+            truncated[name] = count > len(rows)
+            say(f"  {name}: {count}")
 
     # -- timeline -------------------------------------------------------------------------------------
     events = read_events(report_dir)

@@ -88,7 +88,15 @@ def plot_timeline(
     fig.suptitle(title)
     if buckets:
         xs = [x(b.start_ms) for b in buckets]
-        ax_tp.plot(xs, [b.acks * per_s for b in buckets], color="tab:blue", lw=1.2, drawstyle="steps-post")
+        marker = "." if len(buckets) < 30 else None  # a line of one point draws nothing
+        ax_tp.plot(
+            xs,
+            [b.acks * per_s for b in buckets],
+            color="tab:blue",
+            lw=1.2,
+            drawstyle="steps-post",
+            marker=marker,
+        )
         for attr, label, color in (
             ("p50_ms", "p50", "tab:green"),
             ("p99_ms", "p99", "tab:orange"),
@@ -101,7 +109,12 @@ def plot_timeline(
             ]
             if points:
                 ax_lat.plot(
-                    *zip(*points, strict=True), label=label, color=color, lw=1, drawstyle="steps-post"
+                    *zip(*points, strict=True),
+                    label=label,
+                    color=color,
+                    lw=1,
+                    drawstyle="steps-post",
+                    marker=marker,
                 )
         ax_lat.legend(loc="upper right", fontsize=8)
         if any(b.max_ms for b in buckets):

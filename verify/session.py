@@ -6,10 +6,12 @@ MACHINE-NOTES (PySpark 4): Python workers must start the interpreter running the
 (16, which adaptive execution coalesces further when the data is small),
 and ``JAVA_TOOL_OPTIONS="-XX:+UseSerialGC -XX:TieredStopAtLevel=1"`` roughly halves start-up.
 
-That last setting is ``fast_start=True``, right for tests and small runs. It is not the default:
-on a million records it made the job twice as slow (1M records: 370 s against 182 s with
-``-XX:+UseParallelGC`` and the full JIT, see docs/benchmarks.md "Verification cost"), because a
-serial collector and a C1-only JIT are poor at the joins and aggregations that follow start-up.
+That last setting is ``fast_start=True``, right for tests and small inputs, where the job is
+many small queries. It is not the default: on a million records it made the job about twice as
+slow as ``-XX:+UseParallelGC`` with the full JIT (:data:`THROUGHPUT_JAVA_OPTIONS`), a serial
+collector and a C1-only JIT being poor at the joins and aggregations that follow start-up. The
+job picks by input size (:func:`verify.job.choose_fast_start`; docs/benchmarks.md,
+"Verification cost").
 Environment variables already set by the caller win over these defaults, so an operator can
 still tune the JVM. Both floodmark data sources are registered on the returned session.
 """
@@ -23,6 +25,13 @@ from typing import Any
 DEFAULT_MASTER = "local[2]"
 FAST_START_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 THROUGHPUT_JAVA_OPTIONS = "-XX:+UseParallelGC"
+#: For small inputs (the tests, a short chaos run): the job is then many tiny queries, and
+#: compiling whole-stage code or re-planning adaptively costs more than running the plan.
+SMALL_INPUT_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+SMALL_INPUT_SHUFFLE_PARTITIONS = 2
 
 
 def spark_environment(fast_start: bool = False) -> dict[str, str]:

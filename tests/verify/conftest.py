@@ -1,8 +1,8 @@
 """One SparkSession for every verification test (SPEC 8), built with the MACHINE-NOTES settings.
 
-The data here is tiny, so the session is tuned for many small queries: one shuffle partition,
-no whole-stage code generation (compiling it costs more than running the plan) and no adaptive
-re-planning. The job itself runs with Spark's defaults (:func:`verify.session.build_session`).
+The data here is tiny, so the session is what the job itself picks for a small input: the
+fast-start JVM, no whole-stage code generation (compiling it costs more than running the plan)
+and no adaptive re-planning; and one shuffle partition.
 """
 
 from __future__ import annotations
@@ -12,12 +12,7 @@ from typing import Any
 
 import pytest
 
-from verify.session import build_session
-
-SMALL_DATA_CONF = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.adaptive.enabled": "false",
-}
+from verify.session import SMALL_INPUT_CONF, build_session
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +23,7 @@ def spark() -> Iterator[Any]:
         shuffle_partitions=1,
         driver_memory="2g",
         fast_start=True,
-        extra_conf=SMALL_DATA_CONF,
+        extra_conf=SMALL_INPUT_CONF,
     )
     yield session
     session.stop()
