@@ -24,7 +24,9 @@ from broker.server import BrokerServer
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="floodmark-broker", description="Run one floodmark broker.")
     parser.add_argument("--config", required=True, help="a properties file with Kafka's broker settings")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="override one setting")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override one setting"
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 

@@ -69,7 +69,9 @@ class KafkaApis:
     async def handle(self, request: Request) -> None:
         handler = self._handlers.get(request.api_key)
         if handler is None:
-            request.respond(error_body(ErrorCode.INVALID_REQUEST, f"{request.api_key.name} is not implemented"))
+            request.respond(
+                error_body(ErrorCode.INVALID_REQUEST, f"{request.api_key.name} is not implemented")
+            )
             return
         await handler(request)
 
@@ -93,9 +95,13 @@ class KafkaApis:
             return
         changed = self.metadata_cache.update(body)
         self.rm.state_change_log(
-            {"event": "UpdateMetadataReceived", "controller_id": body["controller_id"],
-             "controller_epoch": body["controller_epoch"], "partitions": len(body["partition_states"]),
-             "live_brokers": sorted(b["id"] for b in body["live_brokers"])}
+            {
+                "event": "UpdateMetadataReceived",
+                "controller_id": body["controller_id"],
+                "controller_epoch": body["controller_epoch"],
+                "partitions": len(body["partition_states"]),
+                "live_brokers": sorted(b["id"] for b in body["live_brokers"]),
+            }
         )
         if self.on_metadata_update is not None:
             self.on_metadata_update(changed)
@@ -114,7 +120,10 @@ class KafkaApis:
             request.respond({"error_code": exc.code, "remaining_partitions": []})
             return
         request.respond(
-            {"error_code": ErrorCode.NONE, "remaining_partitions": [{"topic": t, "partition": p} for t, p in remaining]}
+            {
+                "error_code": ErrorCode.NONE,
+                "remaining_partitions": [{"topic": t, "partition": p} for t, p in remaining],
+            }
         )
 
     # -- produce / fetch ----------------------------------------------------------------------------------
@@ -122,10 +131,14 @@ class KafkaApis:
     async def handle_produce(self, request: Request) -> None:
         body = request.body
         acks = body["acks"]
-        entries = {(t["topic"], p["partition"]): p["records"] for t in body["topics"] for p in t["partitions"]}
+        entries = {
+            (t["topic"], p["partition"]): p["records"] for t in body["topics"] for p in t["partitions"]
+        }
         if acks not in (-1, 0, 1):
             statuses = {
-                tp: ProducePartitionStatus(ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, f"acks={acks}", pending=False)
+                tp: ProducePartitionStatus(
+                    ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, f"acks={acks}", pending=False
+                )
                 for tp in entries
             }
             request.respond(_produce_response(statuses))
@@ -154,8 +167,11 @@ class KafkaApis:
                     }
                 )
             request.respond(
-                {"error_code": ErrorCode.NONE, "throttle_time_ms": 0,
-                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+                {
+                    "error_code": ErrorCode.NONE,
+                    "throttle_time_ms": 0,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                }
             )
 
         self.rm.fetch_messages(request.body, respond)
@@ -166,7 +182,10 @@ class KafkaApis:
             partitions = []
             for p in t["partitions"]:
                 answer = self.rm.list_offset(
-                    (t["topic"], p["partition"]), p["timestamp"], p["current_leader_epoch"], request.body["replica_id"]
+                    (t["topic"], p["partition"]),
+                    p["timestamp"],
+                    p["current_leader_epoch"],
+                    request.body["replica_id"],
                 )
                 partitions.append({"partition": p["partition"], **answer})
             topics.append({"topic": t["topic"], "partitions": partitions})
@@ -236,9 +255,13 @@ class KafkaApis:
             if sorted(assignment) != list(range(len(assignment))):
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1")
         else:
-            partitions = spec["num_partitions"] if spec["num_partitions"] != -1 else self.config["num.partitions"]
+            partitions = (
+                spec["num_partitions"] if spec["num_partitions"] != -1 else self.config["num.partitions"]
+            )
             factor = (
-                spec["replication_factor"] if spec["replication_factor"] != -1 else self.config["default.replication.factor"]
+                spec["replication_factor"]
+                if spec["replication_factor"] != -1
+                else self.config["default.replication.factor"]
             )
             live = sorted(int(b) for b in (await self.zk.get_children("/brokers/ids") or []))
             assignment = assign_replicas(live, partitions, factor, self.rng)
@@ -258,18 +281,30 @@ class KafkaApis:
         deleting = []
         for name in body["topics"]:
             if await self.zk.exists(f"/brokers/topics/{name}") is None:
-                results.append({"name": name, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                "error_message": f"Topic '{name}' does not exist."})
+                results.append(
+                    {
+                        "name": name,
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_message": f"Topic '{name}' does not exist.",
+                    }
+                )
                 continue
             if not self.config["delete.topic.enable"]:
-                results.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                "error_message": "delete.topic.enable is false"})
+                results.append(
+                    {
+                        "name": name,
+                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        "error_message": "delete.topic.enable is false",
+                    }
+                )
                 continue
             await topic_admin.request_topic_deletion(self.zk, name)
             deleting.append(name)
             results.append({"name": name, "error_code": ErrorCode.NONE, "error_message": None})
         if deleting:
-            await self._await_metadata(deleting, body["timeout_ms"], lambda t: not self.metadata_cache.contains_topic(t))
+            await self._await_metadata(
+                deleting, body["timeout_ms"], lambda t: not self.metadata_cache.contains_topic(t)
+            )
         request.respond({"topics": results})
 
     async def _await_metadata(self, topics: list[str], timeout_ms: int, ready: Callable[[str], bool]) -> None:

@@ -40,14 +40,20 @@ class Prop:
             try:
                 value = int(text)
             except ValueError:
-                raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: not a number") from None
+                raise ConfigError(
+                    f"Invalid value {text!r} for configuration {self.name}: not a number"
+                ) from None
             if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
                 bounds = f"[{self.low if self.low is not None else '...'},...,{self.high if self.high is not None else '...'}]"
-                raise ConfigError(f"Invalid value {value} for configuration {self.name}: Value must be in {bounds}")
+                raise ConfigError(
+                    f"Invalid value {value} for configuration {self.name}: Value must be in {bounds}"
+                )
             return value
         if self.kind == "bool":
             if text.lower() not in ("true", "false"):
-                raise ConfigError(f"Invalid value {text!r} for configuration {self.name}: Expected value to be true or false")
+                raise ConfigError(
+                    f"Invalid value {text!r} for configuration {self.name}: Expected value to be true or false"
+                )
             return text.lower() == "true"
         if self.kind == "list":
             return [item.strip() for item in text.split(",") if item.strip()]
@@ -114,7 +120,14 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("log.index.size.max.bytes", "int", 10485760, low=4),
     Prop("message.max.bytes", "int", 1048588, low=0),
     Prop("log.cleanup.policy", "str", "delete", choices=("delete",)),
-    Prop("metrics.port", "int", -1, low=-1, high=65535, doc="Prometheus /metrics port; -1 disables, 0 picks one"),
+    Prop(
+        "metrics.port",
+        "int",
+        -1,
+        low=-1,
+        high=65535,
+        doc="Prometheus /metrics port; -1 disables, 0 picks one",
+    ),
     Prop("state.change.log.file", "str", "", doc="default: <first log dir>/../state-change.log"),
 )
 
@@ -231,7 +244,13 @@ class BrokerConfig:
 
 
 def _check_typed(prop: Prop, value: Any) -> Any:
-    return prop.parse(",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value))
+    return prop.parse(
+        ",".join(value)
+        if isinstance(value, list)
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
 
 
 def parse_listener(value: str, key: str) -> tuple[str, int]:

@@ -39,7 +39,10 @@ async def controlled_shutdown(broker_id: int, zk: ZkBridge, settings: Controlled
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
                 "[KafkaServer id=%d] controlled shutdown attempt %d/%d failed: %s",
-                broker_id, attempt, settings.max_retries, exc,
+                broker_id,
+                attempt,
+                settings.max_retries,
+                exc,
             )
         else:
             if not remaining:
@@ -47,11 +50,17 @@ async def controlled_shutdown(broker_id: int, zk: ZkBridge, settings: Controlled
                 return True
             log.info(
                 "[KafkaServer id=%d] controlled shutdown attempt %d/%d: %d partition(s) still led here: %s",
-                broker_id, attempt, settings.max_retries, len(remaining), remaining[:10],
+                broker_id,
+                attempt,
+                settings.max_retries,
+                len(remaining),
+                remaining[:10],
             )
         if attempt < settings.max_retries:
             await asyncio.sleep(settings.retry_backoff_ms / 1000)
-    log.warning("[KafkaServer id=%d] controlled shutdown did not complete; proceeding to an unclean exit", broker_id)
+    log.warning(
+        "[KafkaServer id=%d] controlled shutdown did not complete; proceeding to an unclean exit", broker_id
+    )
     return False
 
 
@@ -63,12 +72,19 @@ async def _ask_controller(broker_id: int, zk: ZkBridge, timeout_s: float) -> lis
     if controller is None:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {controller_id} is not registered")
     connection = await BrokerConnection.open(
-        controller.host, controller.port, client_id=f"broker-{broker_id}-controlled-shutdown", timeout=timeout_s
+        controller.host,
+        controller.port,
+        client_id=f"broker-{broker_id}-controlled-shutdown",
+        timeout=timeout_s,
     )
     try:
-        response = await connection.request(ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": broker_id}, timeout=timeout_s)
+        response = await connection.request(
+            ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": broker_id}, timeout=timeout_s
+        )
     finally:
         connection.close()
     if response["error_code"] != ErrorCode.NONE:
-        raise KafkaError(response["error_code"], f"controller {controller_id} refused the controlled shutdown")
+        raise KafkaError(
+            response["error_code"], f"controller {controller_id} refused the controlled shutdown"
+        )
     return [(p["topic"], p["partition"]) for p in response["remaining_partitions"]]

@@ -44,7 +44,10 @@ class MetadataCache:
         """Apply an UpdateMetadata body; returns the partitions whose state changed."""
         self.controller_id = body["controller_id"]
         self.controller_epoch = body["controller_epoch"]
-        self.brokers = {b["id"]: BrokerEndpoint(b["id"], b["host"], b["port"], b.get("rack")) for b in body["live_brokers"]}
+        self.brokers = {
+            b["id"]: BrokerEndpoint(b["id"], b["host"], b["port"], b.get("rack"))
+            for b in body["live_brokers"]
+        }
         changed = []
         for state in body["partition_states"]:
             topic, partition = state["topic"], state["partition"]
@@ -117,4 +120,9 @@ class MetadataCache:
                     "offline_replicas": [r for r in p.replicas if r not in self.brokers],
                 }
             )
-        return {"error_code": ErrorCode.NONE, "topic": topic, "is_internal": topic.startswith("__"), "partitions": out}
+        return {
+            "error_code": ErrorCode.NONE,
+            "topic": topic,
+            "is_internal": topic.startswith("__"),
+            "partitions": out,
+        }

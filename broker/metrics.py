@@ -46,6 +46,8 @@ class BrokerState:
     partitions: list[PartitionView]
     isr_shrinks: int
     isr_expands: int
+    offline_replicas: int = 0  # KIP-112: partitions whose log dir is offline
+    offline_log_dirs: int = 0
 
 
 class _StateCollector(Collector):
@@ -82,6 +84,16 @@ class _StateCollector(Collector):
             "kafka_server_replicamanager_underminisrpartitioncount",
             "Partitions led here whose ISR is below min.insync.replicas",
             sum(1 for p in led if p.isr < p.min_insync_replicas),
+        )
+        yield gauge(
+            "kafka_server_replicamanager_offlinereplicacount",
+            "Replicas here whose log dir is offline (KIP-112)",
+            state.offline_replicas,
+        )
+        yield gauge(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log dirs of this broker that an I/O error took offline (KIP-112)",
+            state.offline_log_dirs,
         )
         yield CounterMetricFamily(
             "kafka_server_replicamanager_isrshrinks",

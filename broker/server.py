@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import json
 import logging
+import os
 import random
 import time
 import uuid
@@ -24,6 +25,7 @@ from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import ControlledShutdownSettings, controlled_shutdown
 from broker.log import LogManager
+from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import NetworkConfig, Request, SocketServer
@@ -46,9 +48,15 @@ def wall_clock_ms() -> int:
 
 class BrokerServer:
     def __init__(
-        self, config: BrokerConfig, time_ms: Callable[[], int] = wall_clock_ms, rng: random.Random | None = None
+        self,
+        config: BrokerConfig,
+        time_ms: Callable[[], int] = wall_clock_ms,
+        rng: random.Random | None = None,
+        halt: Callable[[int], None] = os._exit,
     ) -> None:
         self.config = config
+        #: Kafka's Exit.halt: how the broker stops when every log dir has failed (KIP-112).
+        self.halt = halt
         self.broker_id = config.broker_id
         self.time_ms = time_ms
         self.rng = rng or random.Random()
@@ -63,8 +71,16 @@ class BrokerServer:
         state_change_path = Path(cfg["state.change.log.file"] or cfg.log_dirs[0].parent / "state-change.log")
         self.state_change_log = StateChangeLog(state_change_path, self.broker_id, self.time_ms)
 
-        self.log_manager = LogManager(cfg.log_dirs, cfg.log_config(), self.time_ms)
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.load_logs)
+        loop = asyncio.get_running_loop()
+        self.log_dir_failures = LogDirFailureChannel()
+        self.log_dir_failures.add_listener(
+            lambda d, _msg: loop.call_soon_threadsafe(self._on_log_dir_failure, d)
+        )
+        self.log_manager = LogManager(cfg.log_dirs, cfg.log_config(), self.time_ms, self.log_dir_failures)
+        await loop.run_in_executor(None, self.log_manager.load_logs)
+        if not self.log_manager.online_log_dirs:
+            self._halt_all_log_dirs_failed()
+            return
 
         self.zk = ZkBridge(cfg["zookeeper.connect"], session_timeout_ms=cfg["zookeeper.session.timeout.ms"])
         await self.zk.start(timeout=cfg["zookeeper.connection.timeout.ms"] / 1000)
@@ -73,7 +89,12 @@ class BrokerServer:
 
         self.metadata_cache = MetadataCache(self.broker_id)
         self.replica_manager = ReplicaManager(
-            cfg, self.log_manager, self.metadata_cache, self.time_ms, self.state_change_log, self._topic_config,
+            cfg,
+            self.log_manager,
+            self.metadata_cache,
+            self.time_ms,
+            self.state_change_log,
+            self._topic_config,
             isr_store=ZkIsrStore(self.zk),
         )
         self.replica_manager.fetchers = ReplicaFetcherManager(self.replica_manager)
@@ -93,7 +114,13 @@ class BrokerServer:
             self.state_change_log,
         )
         self.apis = KafkaApis(
-            cfg, self.replica_manager, self.metadata_cache, self.controller, self.zk, lambda: self.cluster_id, self.rng
+            cfg,
+            self.replica_manager,
+            self.metadata_cache,
+            self.controller,
+            self.zk,
+            lambda: self.cluster_id,
+            self.rng,
         )
         self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
         self.socket_server = SocketServer(
@@ -135,6 +162,8 @@ class BrokerServer:
             partitions=partitions,
             isr_shrinks=isr.isr_shrinks if isr else 0,
             isr_expands=isr.isr_expands if isr else 0,
+            offline_replicas=len(rm.offline_partitions),
+            offline_log_dirs=len(self.log_dir_failures.offline_dirs),
         )
 
     async def _handle(self, request: Request) -> None:
@@ -144,7 +173,9 @@ class BrokerServer:
         advertised_port = self.config.advertised_port or self.port
         if self.config.advertised_port == self.config.listener_port:
             advertised_port = self.port
-        await zkpaths.register_broker(self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms)
+        await zkpaths.register_broker(
+            self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms
+        )
 
     async def _get_or_create_cluster_id(self) -> str:
         existing = await self.zk.get(CLUSTER_ID_PATH)
@@ -163,6 +194,48 @@ class BrokerServer:
             return {}
         return {str(k): str(v) for k, v in json.loads(found[0]).get("config", {}).items()}
 
+    # -- KIP-112: a log dir failed (docs/design.md "Log dir failure") --------------------------------
+    def _on_log_dir_failure(self, log_dir: Path) -> None:
+        """On the loop, once per failed dir (the channel calls us from whatever thread hit the error)."""
+        if getattr(self, "replica_manager", None) is None:
+            return  # still loading: start-up checks the online dirs once loading is over
+        self._tasks.append(asyncio.get_running_loop().create_task(self._handle_log_dir_failure(log_dir)))
+
+    async def _handle_log_dir_failure(self, log_dir: Path) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: stop serving the dir's partitions, halt if
+        no dir is left, else tell the controller, which moves their leadership and ISR membership."""
+        partitions = self.log_manager.handle_log_dir_failure(log_dir)
+        self.replica_manager.handle_log_dir_failure(partitions)
+        if not self.log_manager.online_log_dirs:
+            await self._close_zk_before_halt()
+            self._halt_all_log_dirs_failed()
+            return
+        try:
+            await zkpaths.propagate_log_dir_event(self.zk, self.broker_id)
+        except Exception:
+            log.exception(
+                "[KafkaServer id=%d] cannot notify the controller of the failed log dir %s",
+                self.broker_id,
+                log_dir,
+            )
+
+    async def _close_zk_before_halt(self) -> None:
+        """Close the ZooKeeper session first, bounded: /brokers/ids/<id> goes at once, so the
+        controller moves leadership now instead of after the session timeout."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.zk.close(), 3.0)
+
+    def _halt_all_log_dirs_failed(self) -> None:
+        log.critical(
+            "[KafkaServer id=%d] Shutdown broker because all log dirs in %s have failed",
+            self.broker_id,
+            ", ".join(str(d) for d in self.log_manager.log_dirs),
+        )
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        self.halt(1)
+
     # -- ZooKeeper session (SPEC 4: re-register after the session expires) ----------------------------
     def _on_zk_state(self, state: str) -> None:
         if state == "LOST":
@@ -176,19 +249,39 @@ class BrokerServer:
     def _start_periodic_tasks(self) -> None:
         cfg = self.config
         schedule = [
-            ("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
-             self.log_manager.checkpoint_high_watermarks),
-            ("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
-             self.log_manager.checkpoint_recovery_points),
-            ("log-start-offset-checkpoint", cfg["log.flush.start.offset.checkpoint.interval.ms"],
-             self.log_manager.checkpoint_log_start_offsets),
+            (
+                "highwatermark-checkpoint",
+                cfg["replica.high.watermark.checkpoint.interval.ms"],
+                self.log_manager.checkpoint_high_watermarks,
+            ),
+            (
+                "recovery-point-checkpoint",
+                cfg["log.flush.offset.checkpoint.interval.ms"],
+                self.log_manager.checkpoint_recovery_points,
+            ),
+            (
+                "log-start-offset-checkpoint",
+                cfg["log.flush.start.offset.checkpoint.interval.ms"],
+                self.log_manager.checkpoint_log_start_offsets,
+            ),
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
-            ("log-flusher", min(cfg["log.flush.scheduler.interval.ms"], 3_600_000), self.log_manager.flush_dirty_logs),
+            (
+                "log-flusher",
+                min(cfg["log.flush.scheduler.interval.ms"], 3_600_000),
+                self.log_manager.flush_dirty_logs,
+            ),
             ("purgatory-purge", 10_000, self._purge_purgatories),
             # SPEC 5.4, Kafka's ReplicaManager.startup: ISR shrink and ISR change propagation
-            ("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2), self.replica_manager.maybe_shrink_isr),
-            ("isr-change-propagation", ISR_CHANGE_PROPAGATION_INTERVAL_MS,
-             self.replica_manager.maybe_propagate_isr_changes),
+            (
+                "isr-expiration",
+                max(1, cfg["replica.lag.time.max.ms"] // 2),
+                self.replica_manager.maybe_shrink_isr,
+            ),
+            (
+                "isr-change-propagation",
+                ISR_CHANGE_PROPAGATION_INTERVAL_MS,
+                self.replica_manager.maybe_propagate_isr_changes,
+            ),
         ]
         loop = asyncio.get_running_loop()
         for name, interval_ms, job in schedule:
@@ -217,8 +310,12 @@ class BrokerServer:
         try:
             await asyncio.wait_for(step, timeout_s)
         except TimeoutError:
-            log.warning("[KafkaServer id=%d] shutdown step '%s' took over %.0fs; going on", self.broker_id, name,
-                        timeout_s)
+            log.warning(
+                "[KafkaServer id=%d] shutdown step '%s' took over %.0fs; going on",
+                self.broker_id,
+                name,
+                timeout_s,
+            )
         except Exception:
             log.exception("[KafkaServer id=%d] shutdown step '%s' failed; going on", self.broker_id, name)
 

@@ -204,10 +204,12 @@ class ControllerBrokerRequestBatch:
         controller_id: int,
         context: ControllerContext,
         send: Callable[[int, ApiKey, dict, ResponseCallback | None], object],
+        leader_and_isr_callback: ResponseCallback | None = None,
     ) -> None:
         self.controller_id = controller_id
         self.context = context
         self._send = send
+        self._leader_and_isr_callback = leader_and_isr_callback or log_response_errors
         self.leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = {}
         self.update_metadata: dict[int, set[TopicPartition]] = {}
         self.stop_replica: dict[tuple[int, bool], dict[TopicPartition, None]] = {}
@@ -275,14 +277,14 @@ class ControllerBrokerRequestBatch:
                     broker_id,
                     ApiKey.LEADER_AND_ISR,
                     self.leader_and_isr_body(controller_epoch, entries),
-                    _log_errors,
+                    self._leader_and_isr_callback,
                 )
             for broker_id, partitions in sorted(self.update_metadata.items()):
                 self._send(
                     broker_id,
                     ApiKey.UPDATE_METADATA,
                     self.update_metadata_body(controller_epoch, partitions),
-                    _log_errors,
+                    log_response_errors,
                 )
             for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
                 body = {
@@ -293,7 +295,7 @@ class ControllerBrokerRequestBatch:
                         {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
                     ],
                 }
-                callback = self.stop_replica_callbacks.get((broker_id, delete), _log_errors)
+                callback = self.stop_replica_callbacks.get((broker_id, delete), log_response_errors)
                 self._send(broker_id, ApiKey.STOP_REPLICA, body, callback)
         finally:
             self.clear()
@@ -311,7 +313,7 @@ class ControllerBrokerRequestBatch:
             "isr": list(lai.isr),
             "zk_version": lai.zk_version,
             "replicas": list(replicas),
-            "offline_replicas": [r for r in replicas if r not in self.context.live_brokers],
+            "offline_replicas": [r for r in replicas if not self.context.is_replica_online(r, True, tp)],
         }
 
     def leader_and_isr_body(
@@ -348,7 +350,7 @@ class ControllerBrokerRequestBatch:
         }
 
 
-def _log_errors(broker_id: int, response: dict) -> None:
+def log_response_errors(broker_id: int, response: dict) -> None:
     if response.get("error_code"):
         log.warning("broker %s answered %s", broker_id, error_name(response["error_code"]))
     for p in response.get("partitions", []):

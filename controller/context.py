@@ -31,6 +31,9 @@ class ControllerContext:
     partition_leadership: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
     topics_to_be_deleted: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+    #: KIP-112: broker -> its replicas on offline log dirs (it answered LeaderAndIsr with
+    #: KAFKA_STORAGE_ERROR for them); forgotten when the broker registers again.
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget everything (on resignation); the epoch stays for the logs."""
@@ -40,6 +43,7 @@ class ControllerContext:
         self.partition_leadership.clear()
         self.topics_to_be_deleted.clear()
         self.topics_ineligible_for_deletion.clear()
+        self.replicas_on_offline_dirs.clear()
 
     # -- brokers ----------------------------------------------------------------------------------
     @property
@@ -51,10 +55,16 @@ class ControllerContext:
         """Live brokers that are not shutting down: the ones eligible to lead."""
         return set(self.live_brokers) - self.shutting_down_broker_ids
 
-    def is_replica_online(self, broker_id: int, include_shutting_down: bool = False) -> bool:
-        if include_shutting_down:
-            return broker_id in self.live_brokers
-        return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+    def is_replica_online(
+        self, broker_id: int, include_shutting_down: bool = False, tp: TopicPartition | None = None
+    ) -> bool:
+        """Kafka's isReplicaOnline: the broker is live (and, unless ``include_shutting_down``, not
+        shutting down) and, when ``tp`` is given, that replica is not on an offline log dir."""
+        if broker_id not in self.live_brokers:
+            return False
+        if not include_shutting_down and broker_id in self.shutting_down_broker_ids:
+            return False
+        return tp is None or tp not in self.replicas_on_offline_dirs.get(broker_id, ())
 
     # -- topics and partitions ----------------------------------------------------------------------
     @property
@@ -74,10 +84,10 @@ class ControllerContext:
         self.assignments.setdefault(tp.topic, {})[tp.partition] = list(replicas)
 
     def live_replicas(self, tp: TopicPartition, include_shutting_down: bool = False) -> list[int]:
-        return [r for r in self.replicas(tp) if self.is_replica_online(r, include_shutting_down)]
+        return [r for r in self.replicas(tp) if self.is_replica_online(r, include_shutting_down, tp)]
 
     def offline_replicas(self, tp: TopicPartition) -> list[int]:
-        return [r for r in self.replicas(tp) if r not in self.live_brokers]
+        return [r for r in self.replicas(tp) if not self.is_replica_online(r, True, tp)]
 
     def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
         return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]
@@ -114,7 +124,7 @@ class ControllerContext:
             if not self.is_topic_queued_for_deletion(tp.topic)
             and (
                 tp not in self.partition_leadership
-                or not self.is_replica_online(self.partition_leadership[tp].leader_and_isr.leader, True)
+                or not self.is_replica_online(self.partition_leadership[tp].leader_and_isr.leader, True, tp)
             )
         )
 

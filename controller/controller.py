@@ -34,7 +34,12 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from controller import election
-from controller.channel import ControllerBrokerRequestBatch, ControllerChannelManager, ResponseCallback
+from controller.channel import (
+    ControllerBrokerRequestBatch,
+    ControllerChannelManager,
+    ResponseCallback,
+    log_response_errors,
+)
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.events import (
     AutoPreferredReplicaLeaderElection,
@@ -45,6 +50,8 @@ from controller.events import (
     ControllerEventManager,
     Expire,
     IsrChangeNotification,
+    LeaderAndIsrResponseReceived,
+    LogDirEventNotification,
     PartitionModifications,
     PartitionReassignment,
     PreferredReplicaElection,
@@ -54,6 +61,7 @@ from controller.events import (
     TopicDeletion,
     TopicDeletionStopReplicaResponse,
 )
+from controller.log_dir_failure import LogDirFailureHandler
 from controller.partition_state import ElectionStrategy, PartitionState, PartitionStateMachine
 from controller.replica_state import ReplicaState, ReplicaStateMachine
 from controller.zk import (
@@ -63,6 +71,7 @@ from controller.zk import (
     DELETE_TOPICS_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
     ISR_CHANGE_PREFIX,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
     BrokerInfo,
@@ -118,12 +127,22 @@ class KafkaController:
         self.context = ControllerContext()
         self.record = StateChangeRecorder(broker_id, self.context, time_ms, state_change_log)
         self.channel: ControllerChannelManager | None = None
-        self.batch = ControllerBrokerRequestBatch(broker_id, self.context, self._send)
+        self.batch = ControllerBrokerRequestBatch(
+            broker_id, self.context, self._send, leader_and_isr_callback=self._on_leader_and_isr_response
+        )
         self.partition_state_machine = PartitionStateMachine(
             self.context, zk, self.batch, self.record, config.unclean_leader_election_enable
         )
         self.replica_state_machine = ReplicaStateMachine(
             self.context, self.batch, self.partition_state_machine, self.record
+        )
+        self.log_dir_failure = LogDirFailureHandler(
+            zk,
+            self.context,
+            self.replica_state_machine,
+            self._on_replicas_become_offline,
+            self._delete_quietly,
+            self.record,
         )
         self.events = ControllerEventManager(self._process, name=f"controller-{broker_id}-events")
         #: The broker id in /controller as last read (-1: none); on non-controllers too.
@@ -217,6 +236,8 @@ class KafkaController:
             TopicDeletion: self._handle_topic_deletion,
             TopicDeletionStopReplicaResponse: self._handle_stop_replica_deletion_response,
             IsrChangeNotification: self._handle_isr_change_notification,
+            LogDirEventNotification: self._handle_log_dir_event_notification,
+            LeaderAndIsrResponseReceived: self._handle_leader_and_isr_response,
             PartitionReassignment: self._handle_partition_reassignment,
             PreferredReplicaElection: self._handle_preferred_replica_election,
             ControlledShutdown: self._handle_controlled_shutdown,
@@ -253,6 +274,15 @@ class KafkaController:
 
     def _on_isr_change_watch(self, event: WatchedEvent) -> None:
         self.events.put(IsrChangeNotification())
+
+    def _on_log_dir_event_watch(self, event: WatchedEvent) -> None:
+        self.events.put(LogDirEventNotification())
+
+    def _on_leader_and_isr_response(self, broker_id: int, response: dict) -> None:
+        """On the loop, from the channel's sender: KIP-112 answers become an event."""
+        log_response_errors(broker_id, response)
+        if self._active and self.log_dir_failure.should_process(broker_id, response):
+            self.events.put(LeaderAndIsrResponseReceived(broker_id=broker_id, response=response))
 
     def _on_reassign_watch(self, event: WatchedEvent) -> None:
         self.events.put(PartitionReassignment())
@@ -358,6 +388,9 @@ class KafkaController:
             ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_change_watch
         )
         await self._delete_isr_change_notifications(pending_isr_notifications or [])  # the context is fresher
+        # KIP-112: step 8 sends every live broker LeaderAndIsr anyway; its answers name offline dirs.
+        pending_log_dir_events = await self.log_dir_failure.pending(watch=self._on_log_dir_event_watch)
+        await self._delete_quietly([f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{n}" for n in pending_log_dir_events])
         self.channel = ControllerChannelManager(
             self.broker_id, self.config.controller_socket_timeout_ms / 1000.0, self.rng
         )
@@ -442,6 +475,7 @@ class KafkaController:
 
     async def _on_broker_startup(self, new_ids: list[int]) -> None:
         ctx = self.context
+        self.log_dir_failure.on_broker_startup(new_ids)  # restarted: its dirs were recovered
         # 1. everyone learns the new live-broker list; the new brokers get the whole metadata
         self.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - set(new_ids), [])
         self.batch.add_update_metadata(new_ids, ctx.all_partitions())
@@ -476,7 +510,7 @@ class KafkaController:
         without_leader = sorted(
             tp
             for tp, state in ctx.partition_leadership.items()
-            if not ctx.is_replica_online(state.leader_and_isr.leader, include_shutting_down=True)
+            if not ctx.is_replica_online(state.leader_and_isr.leader, include_shutting_down=True, tp=tp)
             and not ctx.is_topic_queued_for_deletion(tp.topic)
             and self.partition_state_machine.state(tp) in (PartitionState.ONLINE, PartitionState.OFFLINE)
         )
@@ -543,8 +577,10 @@ class KafkaController:
         await psm.handle_state_changes(partitions, PartitionState.NEW)
         await rsm.handle_state_changes(replicas, ReplicaState.NEW)
         await psm.handle_state_changes(partitions, PartitionState.ONLINE, ElectionStrategy.OFFLINE)
-        live = [r for r in replicas if ctx.is_replica_online(r.replica, include_shutting_down=True)]
-        dead = [r for r in replicas if not ctx.is_replica_online(r.replica, include_shutting_down=True)]
+        live = [r for r in replicas if ctx.is_replica_online(r.replica, include_shutting_down=True, tp=r.tp)]
+        dead = [
+            r for r in replicas if not ctx.is_replica_online(r.replica, include_shutting_down=True, tp=r.tp)
+        ]
         await rsm.handle_state_changes(live, ReplicaState.ONLINE)
         await rsm.handle_state_changes(dead, ReplicaState.OFFLINE)
 
@@ -713,6 +749,16 @@ class KafkaController:
                 self.record("isr_change_propagated", partitions=[str(tp) for tp in sorted(partitions)])
         finally:
             await self._delete_isr_change_notifications(notifications)
+
+    # -- KIP-112 log dir failure (controller/log_dir_failure.py) -------------------------------------
+    async def _handle_log_dir_event_notification(self, event: LogDirEventNotification) -> None:
+        if self._active:
+            notifications = await self.log_dir_failure.pending(watch=self._on_log_dir_event_watch)
+            await self.log_dir_failure.process_notifications(notifications)
+
+    async def _handle_leader_and_isr_response(self, event: LeaderAndIsrResponseReceived) -> None:
+        if self._active:
+            await self.log_dir_failure.on_leader_and_isr_response(event.broker_id, event.response)
 
     async def _delete_isr_change_notifications(self, notifications: list[str]) -> None:
         await self._delete_quietly([f"{ISR_CHANGE_NOTIFICATION_PATH}/{n}" for n in notifications])

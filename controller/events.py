@@ -96,6 +96,20 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass
+class LogDirEventNotification(ControllerEvent):
+    """A child was added under /log_dir_event_notification (KIP-112): a broker lost a log dir."""
+
+
+@dataclass
+class LeaderAndIsrResponseReceived(ControllerEvent):
+    """A broker answered LeaderAndIsr: partitions it answered KAFKA_STORAGE_ERROR for are on an
+    offline log dir (KIP-112), those it answered NONE for are not."""
+
+    broker_id: int
+    response: dict
+
+
+@dataclass
 class PartitionReassignment(ControllerEvent):
     """/admin/reassign_partitions was created or changed."""
 

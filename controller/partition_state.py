@@ -102,7 +102,9 @@ class PartitionStateMachine:
             leadership = self.context.partition_leadership.get(tp)
             if leadership is None:
                 self.states[tp] = PartitionState.NEW
-            elif self.context.is_replica_online(leadership.leader_and_isr.leader, include_shutting_down=True):
+            elif self.context.is_replica_online(
+                leadership.leader_and_isr.leader, include_shutting_down=True, tp=tp
+            ):
                 self.states[tp] = PartitionState.ONLINE
             else:
                 self.states[tp] = PartitionState.OFFLINE

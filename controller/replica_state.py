@@ -72,7 +72,7 @@ class ReplicaStateMachine:
         self.states.clear()
         for tp in self.context.all_partitions():
             for replica in self.context.replicas(tp):
-                online = self.context.is_replica_online(replica, include_shutting_down=True)
+                online = self.context.is_replica_online(replica, include_shutting_down=True, tp=tp)
                 self.states[PartitionReplica(tp, replica)] = (
                     ReplicaState.ONLINE if online else ReplicaState.OFFLINE
                 )

@@ -55,6 +55,10 @@ CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+#: KIP-112: a broker whose log dir failed writes log_dir_event_<seq> here (Kafka's LogDirEventNotificationZNode).
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
 #: Kafka's ProducerIdBlockZNode: the last block of producer ids handed to a broker (SPEC 5.4).
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -67,6 +71,7 @@ PERSISTENT_PATHS = (
     CONFIG_CHANGES_PATH,
     DELETE_TOPICS_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
 )
 
 NO_LEADER = -1
@@ -281,6 +286,23 @@ def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> byte
 
 def decode_isr_change_notification(data: bytes) -> list[TopicPartition]:
     return [TopicPartition(p["topic"], p["partition"]) for p in _loads(data).get("partitions", [])]
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """A /log_dir_event_notification/log_dir_event_<seq> value, as Kafka writes it."""
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int:
+    """The broker id of a log dir event notification; ValueError for anything else."""
+    doc = _loads(data)
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("broker"), int)
+        or doc.get("event") != LOG_DIR_FAILURE_EVENT
+    ):
+        raise ValueError(f"not a log dir failure event: {data!r}")
+    return doc["broker"]
 
 
 def encode_partition_list(partitions: Iterable[TopicPartition]) -> bytes:
@@ -731,6 +753,19 @@ async def propagate_isr_change(zk: ZkBridge, partitions: Iterable[TopicPartition
         return await zk.create(path, data, sequence=True)
     except NoNodeError:
         await zk.ensure_path(ISR_CHANGE_NOTIFICATION_PATH)
+        return await zk.create(path, data, sequence=True)
+
+
+async def propagate_log_dir_event(zk: ZkBridge, broker_id: int) -> str:
+    """KIP-112: tell the controller that a log dir of ``broker_id`` went offline. The controller
+    answers with LeaderAndIsr for the broker's replicas and learns from the per-partition
+    KAFKA_STORAGE_ERRORs which of them to take offline."""
+    data = encode_log_dir_event(broker_id)
+    path = f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}"
+    try:
+        return await zk.create(path, data, sequence=True)
+    except NoNodeError:
+        await zk.ensure_path(LOG_DIR_EVENT_NOTIFICATION_PATH)
         return await zk.create(path, data, sequence=True)
 
 

@@ -162,12 +162,24 @@ class LogManager:
             )
             return sorted(doomed)
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The log of this partition, created empty in the log dir with the fewest partitions."""
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, is_new: bool = True
+    ) -> Log:
+        """The log of this partition, created empty in the log dir with the fewest partitions.
+
+        ``is_new`` False (LeaderAndIsr says the replica existed before) while a log dir is
+        offline: the log may be in that dir, so creating an empty one elsewhere would silently
+        lose its data; KAFKA_STORAGE_ERROR instead, as in Kafka."""
         with self._lock:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 return existing
+            offline = self.failure_channel.offline_dirs
+            if not is_new and offline:
+                raise KafkaStorageError(
+                    f"cannot create a log for {topic}-{partition}: log dir(s) "
+                    f"{', '.join(sorted(str(d) for d in offline))} are offline and may hold it"
+                )
             if not topic or partition < 0 or "/" in topic or topic in (".", ".."):
                 raise ValueError(f"invalid topic partition {topic!r}-{partition}")
             online = self.online_log_dirs

@@ -66,7 +66,9 @@ class DelayedProduce(DelayedOperation):
             min_isr = self.replica_manager.min_insync_replicas(tp[0])
             if len(partition.isr) < min_isr:
                 status.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                status.error_message = f"ISR {sorted(partition.isr)} shrank below min.insync.replicas={min_isr}"
+                status.error_message = (
+                    f"ISR {sorted(partition.isr)} shrank below min.insync.replicas={min_isr}"
+                )
             status.pending = False
 
     def on_expiration(self) -> None:
@@ -122,7 +124,9 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         requested = {tp: status.fetch for tp, status in self.statuses.items()}
-        self.respond(self.replica_manager._read_all(self.body["replica_id"], requested, self.body["max_bytes"]))
+        self.respond(
+            self.replica_manager._read_all(self.body["replica_id"], requested, self.body["max_bytes"])
+        )
 
 
 def _estimate_bytes(log_, start: int, end: int, limit: int) -> int:

@@ -79,6 +79,9 @@ class ReplicaFetcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            self._drop_offline()
+            if not self.partitions:
+                continue
             try:
                 connection = await self._connect()
                 await self._truncate(connection)
@@ -88,6 +91,8 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except KafkaError as exc:
+                if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    continue  # a log dir went offline while truncating: its partitions go next round
                 log.info("%s: %s; retrying in %.1fs", self.name, exc, backoff)
                 self._drop_connection()
                 await asyncio.sleep(backoff)
@@ -95,6 +100,12 @@ class ReplicaFetcher:
                 log.exception("%s: unexpected failure; retrying in %.1fs", self.name, backoff)
                 self._drop_connection()
                 await asyncio.sleep(backoff)
+
+    def _drop_offline(self) -> None:
+        """KIP-112: a partition whose log dir went offline is fetched no more."""
+        for tp in [tp for tp in self.partitions if tp in self.rm.offline_partitions]:
+            log.warning("%s: %s-%s is on an offline log dir; no longer fetching it", self.name, *tp)
+            self.partitions.pop(tp, None)
 
     async def _connect(self) -> BrokerConnection:
         if self._connection is None or not self._connection.is_open:
@@ -145,7 +156,10 @@ class ReplicaFetcher:
             return
         response = await connection.request(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
-            {"replica_id": self.rm.broker_id, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]},
+            {
+                "replica_id": self.rm.broker_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            },
             timeout=self._timeout(),
         )
         for topic in response["topics"]:
@@ -166,7 +180,9 @@ class ReplicaFetcher:
                     log_.high_watermark,
                 )
                 self._apply_truncation(
-                    tp, decision.offset, f"leader epoch {answer['leader_epoch']} ends at {answer['end_offset']}"
+                    tp,
+                    decision.offset,
+                    f"leader epoch {answer['leader_epoch']} ends at {answer['end_offset']}",
                 )
                 state.truncating = not decision.completed
 
@@ -177,17 +193,28 @@ class ReplicaFetcher:
         if offset >= log_.log_end_offset:
             log_.truncate_to(offset)  # removes no record, only an epoch entry that starts at the LEO
             return
-        log.info("%s: truncating %s-%s from LEO %d to %d (%s)", self.name, *tp, log_.log_end_offset, offset, why)
+        log.info(
+            "%s: truncating %s-%s from LEO %d to %d (%s)", self.name, *tp, log_.log_end_offset, offset, why
+        )
         self.rm.state_change_log(
-            {"event": "Truncate", "topic": tp[0], "partition": tp[1], "from": log_.log_end_offset, "to": offset,
-             "reason": why, "policy": self.policy.value}
+            {
+                "event": "Truncate",
+                "topic": tp[0],
+                "partition": tp[1],
+                "from": log_.log_end_offset,
+                "to": offset,
+                "reason": why,
+                "policy": self.policy.value,
+            }
         )
         log_.truncate_to(offset)
 
     def _delay(self, tp: TopicPartition, error_code: int) -> None:
         state = self.partitions.get(tp)
         if state is not None:
-            state.delayed_until = asyncio.get_running_loop().time() + self.config["replica.fetch.backoff.ms"] / 1000
+            state.delayed_until = (
+                asyncio.get_running_loop().time() + self.config["replica.fetch.backoff.ms"] / 1000
+            )
             log.info("%s: %s-%s got %s; backing off", self.name, *tp, ErrorCode(error_code).name)
 
     # -- fetch --------------------------------------------------------------------------------------------
@@ -234,6 +261,10 @@ class ReplicaFetcher:
             try:
                 self.rm.append_as_follower(tp, data["records"], data["high_watermark"])
             except KafkaError as exc:
+                if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    log.error("%s: cannot append to %s-%s: %s; stopping its fetch", self.name, *tp, exc)
+                    self.partitions.pop(tp, None)
+                    return
                 log.warning("%s: cannot append to %s-%s: %s; re-truncating", self.name, *tp, exc)
                 self.partitions[tp].truncating = True
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -266,7 +297,9 @@ class ReplicaFetcher:
         if leader_start is None:
             return
         if log_.log_end_offset < leader_start:
-            log.warning("%s: %s-%s is below the leader's log start %d; restarting there", self.name, *tp, leader_start)
+            log.warning(
+                "%s: %s-%s is below the leader's log start %d; restarting there", self.name, *tp, leader_start
+            )
             log_.truncate_fully_and_start_at(leader_start)
         else:
             self._delay(tp, ErrorCode.OFFSET_OUT_OF_RANGE)
@@ -279,8 +312,16 @@ class ReplicaFetcher:
             {
                 "replica_id": self.rm.broker_id,
                 "topics": [
-                    {"topic": tp[0], "partitions": [{"partition": tp[1], "timestamp": timestamp,
-                                                     "current_leader_epoch": state.leader_epoch}]}
+                    {
+                        "topic": tp[0],
+                        "partitions": [
+                            {
+                                "partition": tp[1],
+                                "timestamp": timestamp,
+                                "current_leader_epoch": state.leader_epoch,
+                            }
+                        ],
+                    }
                 ],
             },
             timeout=self._timeout(),

@@ -16,6 +16,7 @@ from typing import Any
 
 from broker.config import BrokerConfig, validate_topic_configs
 from broker.log import Log, LogManager
+from broker.log.log_dir_failure import KafkaStorageError
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
@@ -57,6 +58,9 @@ class ReplicaManager:
         self.state_change_log = state_change_log
         self.topic_config_source = topic_config_source
         self.partitions: dict[TopicPartition, Partition] = {}
+        #: KIP-112: partitions whose log is on an offline log dir (Kafka's HostedPartition.Offline):
+        #: they answer KAFKA_STORAGE_ERROR to everything until the broker restarts.
+        self.offline_partitions: set[TopicPartition] = set()
         self.topic_overrides: dict[str, dict[str, str]] = {}  # as written in /config/topics/<t>
         self.topic_configs: dict[str, dict[str, Any]] = {}  # the same, parsed and typed
         self.controller_epoch = -1
@@ -84,6 +88,8 @@ class ReplicaManager:
         """The partition and log if this broker leads it, else KafkaError with Kafka's code."""
         partition = self.partitions.get(tp)
         log_ = self.get_log(tp)
+        if tp in self.offline_partitions:
+            raise KafkaStorageError(f"{tp[0]}-{tp[1]} is on an offline log dir of broker {self.broker_id}")
         if partition is None or log_ is None:
             known = self.metadata_cache.partition(*tp) is not None
             raise KafkaError(
@@ -115,19 +121,29 @@ class ReplicaManager:
             )
 
     def min_insync_replicas(self, topic: str) -> int:
-        return self.topic_configs.get(topic, {}).get("min.insync.replicas", self.config["min.insync.replicas"])
+        return self.topic_configs.get(topic, {}).get(
+            "min.insync.replicas", self.config["min.insync.replicas"]
+        )
 
     # -- LeaderAndIsr (seed 000 "LeaderAndIsrRequest响应过程") ---------------------------------------
 
     async def become_leader_or_follower(self, body: dict) -> dict:
         if body["controller_epoch"] < self.controller_epoch:
             self.state_change_log(
-                {"event": "LeaderAndIsrRejected", "reason": "stale controller epoch", "controller_epoch": body["controller_epoch"]}
+                {
+                    "event": "LeaderAndIsrRejected",
+                    "reason": "stale controller epoch",
+                    "controller_epoch": body["controller_epoch"],
+                }
             )
             return {
                 "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
                 "partitions": [
-                    {"topic": s["topic"], "partition": s["partition"], "error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
+                    {
+                        "topic": s["topic"],
+                        "partition": s["partition"],
+                        "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                    }
                     for s in body["partition_states"]
                 ],
             }
@@ -136,15 +152,20 @@ class ReplicaManager:
         results = []
         to_lead: list[tuple[Partition, PartitionState]] = []
         to_follow: list[tuple[Partition, PartitionState]] = []
+        new_replicas = {(e["topic"], e["partition"]) for e in body["partition_states"] if e.get("is_new")}
         for entry in body["partition_states"]:
             tp = (entry["topic"], entry["partition"])
             state = PartitionState.from_request(entry)
             partition = self.partitions.get(tp) or Partition(tp[0], tp[1], self.broker_id)
             error = ErrorCode.NONE
-            if not partition.is_newer(state):
+            if tp in self.offline_partitions:
+                error = ErrorCode.KAFKA_STORAGE_ERROR  # KIP-112: the controller takes this replica offline
+            elif not partition.is_newer(state):
                 error = ErrorCode.FENCED_LEADER_EPOCH  # seed 000 step 2.2: StaleLeaderEpochCode
             elif self.broker_id not in state.replicas:
-                log.warning("LeaderAndIsr for %s-%s does not list broker %s as a replica", *tp, self.broker_id)
+                log.warning(
+                    "LeaderAndIsr for %s-%s does not list broker %s as a replica", *tp, self.broker_id
+                )
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 self.partitions[tp] = partition
@@ -164,41 +185,87 @@ class ReplicaManager:
                 }
             )
             results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
+        codes = {(r["topic"], r["partition"]): r for r in results}
         for partition, state in to_lead:
-            await self._make_leader(partition, state)
+            try:
+                await self._make_leader(partition, state, partition.key in new_replicas)
+            except KafkaStorageError as exc:
+                codes[partition.key]["error_code"] = self._went_offline(partition, exc)
         for partition, state in to_follow:
-            await self._make_follower(partition, state, leaders.get(state.leader))
+            try:
+                await self._make_follower(
+                    partition, state, leaders.get(state.leader), partition.key in new_replicas
+                )
+            except KafkaStorageError as exc:
+                codes[partition.key]["error_code"] = self._went_offline(partition, exc)
         return {"error_code": ErrorCode.NONE, "partitions": results}
 
-    async def _log_for(self, topic: str, partition: int) -> Log:
+    def _went_offline(self, partition: Partition, exc: KafkaStorageError) -> int:
+        """A log dir failed while applying LeaderAndIsr to ``partition``: it is offline now."""
+        log.error("cannot apply LeaderAndIsr to %s-%s: %s", partition.topic, partition.partition, exc)
+        self.handle_log_dir_failure([partition.key])
+        return ErrorCode.KAFKA_STORAGE_ERROR
+
+    # -- KIP-112 (Kafka's ReplicaManager.handleLogDirFailure) -------------------------------------
+
+    def handle_log_dir_failure(self, partitions: list[TopicPartition]) -> None:
+        """Stop serving ``partitions`` (their log dir is offline): no fetcher, no leadership,
+        KAFKA_STORAGE_ERROR to every request; parked produce and fetch requests complete now."""
+        for tp in partitions:
+            if self.fetchers is not None:
+                self.fetchers.remove_partition(tp)
+            self.partitions.pop(tp, None)
+            self.offline_partitions.add(tp)
+            self.state_change_log(
+                {"event": "ReplicaOffline", "topic": tp[0], "partition": tp[1], "reason": "log dir offline"}
+            )
+        for tp in partitions:
+            self._wake(tp)
+
+    async def _log_for(self, topic: str, partition: int, is_new: bool = True) -> Log:
         if topic not in self.topic_overrides:
             overrides = await self.topic_config_source(topic)
             self.topic_configs[topic] = validate_topic_configs(overrides)
             self.topic_overrides[topic] = overrides
-        return self.log_manager.get_or_create_log(topic, partition, self.config.log_config(self.topic_overrides[topic]))
+        return self.log_manager.get_or_create_log(
+            topic, partition, self.config.log_config(self.topic_overrides[topic]), is_new=is_new
+        )
 
-    async def _make_leader(self, partition: Partition, state: PartitionState) -> None:
-        log_ = await self._log_for(partition.topic, partition.partition)
+    async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition, is_new)
         if self.fetchers is not None:
             self.fetchers.remove_partition(partition.key)
         partition.make_leader(state, log_.log_end_offset, self.time_ms())
         # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
         log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
         self.state_change_log(
-            {"event": "BecameLeader", "topic": partition.topic, "partition": partition.partition,
-             "leader_epoch": state.leader_epoch, "log_end_offset": log_.log_end_offset,
-             "high_watermark": log_.high_watermark}
+            {
+                "event": "BecameLeader",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader_epoch": state.leader_epoch,
+                "log_end_offset": log_.log_end_offset,
+                "high_watermark": log_.high_watermark,
+            }
         )
         self.maybe_increment_high_watermark(partition, log_)
         self._wake(partition.key)
 
-    async def _make_follower(self, partition: Partition, state: PartitionState, leader: dict | None) -> None:
-        log_ = await self._log_for(partition.topic, partition.partition)
+    async def _make_follower(
+        self, partition: Partition, state: PartitionState, leader: dict | None, is_new: bool
+    ) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition, is_new)
         partition.make_follower(state)
         self.state_change_log(
-            {"event": "BecameFollower", "topic": partition.topic, "partition": partition.partition,
-             "leader": state.leader, "leader_epoch": state.leader_epoch, "log_end_offset": log_.log_end_offset,
-             "high_watermark": log_.high_watermark}
+            {
+                "event": "BecameFollower",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "log_end_offset": log_.log_end_offset,
+                "high_watermark": log_.high_watermark,
+            }
         )
         self._wake(partition.key)  # parked produce requests learn they are no longer on the leader
         if self.fetchers is None:
@@ -211,12 +278,24 @@ class ReplicaManager:
         if body["controller_epoch"] < self.controller_epoch:
             return {
                 "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
-                "partitions": [dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]],
+                "partitions": [
+                    dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]
+                ],
             }
         self.controller_epoch = body["controller_epoch"]
         results = []
         for entry in body["partitions"]:
             tp = (entry["topic"], entry["partition"])
+            if tp in self.offline_partitions:
+                # Its files are on an offline dir: nothing to stop, and nothing can be deleted
+                # until the broker restarts (then the controller resends StopReplica).
+                if body["delete_partitions"]:
+                    results.append(
+                        {"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.KAFKA_STORAGE_ERROR}
+                    )
+                    continue
+                results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
+                continue
             if self.fetchers is not None:
                 self.fetchers.remove_partition(tp)
             partition = self.partitions.pop(tp, None)
@@ -227,8 +306,13 @@ class ReplicaManager:
                     self.topic_configs.pop(tp[0], None)
                     self.topic_overrides.pop(tp[0], None)
             self.state_change_log(
-                {"event": "StopReplica", "topic": tp[0], "partition": tp[1], "delete": body["delete_partitions"],
-                 "was_hosted": partition is not None}
+                {
+                    "event": "StopReplica",
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "delete": body["delete_partitions"],
+                    "was_hosted": partition is not None,
+                }
             )
             results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
         return {"error_code": ErrorCode.NONE, "partitions": results}
@@ -311,7 +395,9 @@ class ReplicaManager:
         if not info.duplicate:  # a retried duplicate (SPEC 5.4) wrote nothing; its offsets are the original's
             self.maybe_increment_high_watermark(partition, log_)
             self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
-        return ProducePartitionStatus(ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset)
+        return ProducePartitionStatus(
+            ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset
+        )
 
     # -- Fetch (seed 000 "DelayedFetch"; seed 001) --------------------------------------------------
 
@@ -322,8 +408,12 @@ class ReplicaManager:
             is_follower = replica_id != CONSUMER_REPLICA_ID
             if is_follower:
                 if replica_id not in partition.assigned_replicas:
-                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}")
-                partition.update_follower_fetch(replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms())
+                    raise KafkaError(
+                        ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}"
+                    )
+                partition.update_follower_fetch(
+                    replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms()
+                )
                 self.maybe_increment_high_watermark(partition, log_)
                 if self.isr_manager is not None:
                     self.isr_manager.maybe_expand_isr(partition, replica_id, log_)
@@ -333,13 +423,9 @@ class ReplicaManager:
         except KafkaError as exc:
             return ReadResult(exc.code)
 
-    def fetch_messages(
-        self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]
-    ) -> None:
+    def fetch_messages(self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]) -> None:
         replica_id = body["replica_id"]
-        requested = {
-            (t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]
-        }
+        requested = {(t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]}
         results = self._read_all(replica_id, requested, body["max_bytes"])
         ready_bytes = sum(len(r.records) for r in results.values())
         has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
@@ -364,7 +450,11 @@ class ReplicaManager:
     # -- ListOffsets and OffsetsForLeaderEpoch ----------------------------------------------------------
 
     def list_offset(
-        self, tp: TopicPartition, timestamp: int, current_leader_epoch: int, replica_id: int = CONSUMER_REPLICA_ID
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        current_leader_epoch: int,
+        replica_id: int = CONSUMER_REPLICA_ID,
     ) -> dict:
         """ListOffsets. LATEST is the HW for a consumer and the LEO for a follower (as in Kafka:
         a follower handling OFFSET_OUT_OF_RANGE needs the leader's real log end)."""
@@ -383,9 +473,16 @@ class ReplicaManager:
                 offset, ts = -1, -1
             else:
                 offset, ts = found
-        return {"error_code": ErrorCode.NONE, "timestamp": ts, "offset": offset, "leader_epoch": partition.leader_epoch}
+        return {
+            "error_code": ErrorCode.NONE,
+            "timestamp": ts,
+            "offset": offset,
+            "leader_epoch": partition.leader_epoch,
+        }
 
-    def end_offset_for_epoch(self, tp: TopicPartition, requested_epoch: int, current_leader_epoch: int) -> dict:
+    def end_offset_for_epoch(
+        self, tp: TopicPartition, requested_epoch: int, current_leader_epoch: int
+    ) -> dict:
         """OffsetsForLeaderEpoch (seed 002): the leader's LEO for its latest epoch, else the start
         offset of the first epoch above the requested one."""
         try:
@@ -397,7 +494,9 @@ class ReplicaManager:
 
     # -- follower side, called by the fetcher ----------------------------------------------------------
 
-    def append_as_follower(self, tp: TopicPartition, records: bytes, leader_high_watermark: int) -> Log | None:
+    def append_as_follower(
+        self, tp: TopicPartition, records: bytes, leader_high_watermark: int
+    ) -> Log | None:
         partition = self.partitions.get(tp)
         log_ = self.get_log(tp)
         if partition is None or log_ is None or partition.is_leader:
