@@ -87,7 +87,11 @@ class ZooKeeperProcess:
         # (Spark's, say) would be picked up too and can stop it from starting.
         env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
         self.process = subprocess.Popen(
-            command(self.port, self.data_dir), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            command(self.port, self.data_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
         out.close()
         deadline = time.monotonic() + timeout

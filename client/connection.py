@@ -46,10 +46,13 @@ class BrokerConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(host, port, client_id, max_frame_bytes), host, port), timeout
+                loop.create_connection(lambda: cls(host, port, client_id, max_frame_bytes), host, port),
+                timeout,
             )
         except (OSError, TimeoutError) as exc:
-            raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc.__class__.__name__} {exc}") from None
+            raise ConnectionClosed(
+                f"cannot connect to {host}:{port}: {exc.__class__.__name__} {exc}"
+            ) from None
         return protocol
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -63,7 +66,12 @@ class BrokerConnection(asyncio.Protocol):
                 correlation_id, body = framing.decode_response(payload)
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
-                    log.warning("%s:%s sent a response for unknown correlation id %s", self.host, self.port, correlation_id)
+                    log.warning(
+                        "%s:%s sent a response for unknown correlation id %s",
+                        self.host,
+                        self.port,
+                        correlation_id,
+                    )
                     continue
                 api_key, future = entry
                 if not future.done():
@@ -78,7 +86,9 @@ class BrokerConnection(asyncio.Protocol):
     # -- API ----------------------------------------------------------------------------------
     @property
     def is_open(self) -> bool:
-        return self._closed_reason is None and self._transport is not None and not self._transport.is_closing()
+        return (
+            self._closed_reason is None and self._transport is not None and not self._transport.is_closing()
+        )
 
     @property
     def in_flight(self) -> int:
@@ -105,9 +115,14 @@ class BrokerConnection(asyncio.Protocol):
             response = await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
             raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT, f"{api_key.name} to {self.host}:{self.port} got no answer in {timeout}s"
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{api_key.name} to {self.host}:{self.port} got no answer in {timeout}s",
             ) from None
-        if isinstance(response, dict) and set(response) == {"error_code", "error_message"} and response["error_code"]:
+        if (
+            isinstance(response, dict)
+            and set(response) == {"error_code", "error_message"}
+            and response["error_code"]
+        ):
             raise KafkaError(response["error_code"], response["error_message"] or "")
         return api.validate_response(api_key, response)
 

@@ -114,7 +114,8 @@ def validate(spec: Any, value: Any, path: str = "body") -> Any:
         if type(value) is not dict:
             raise InvalidBody(f"{path} must be a map, got {type(value).__name__}")
         return {
-            validate(spec.key, k, f"{path} key"): validate(spec.value, v, f"{path}[{k!r}]") for k, v in value.items()
+            validate(spec.key, k, f"{path} key"): validate(spec.value, v, f"{path}[{k!r}]")
+            for k, v in value.items()
         }
     if isinstance(spec, dict):
         if type(value) is not dict:
@@ -288,7 +289,9 @@ RESPONSES: dict[ApiKey, Any] = {
         ),
     },
     ApiKey.LIST_OFFSETS: {
-        "topics": _topics({"error_code": "int", "timestamp": "int", "offset": "int", "leader_epoch": Opt("int", -1)})
+        "topics": _topics(
+            {"error_code": "int", "timestamp": "int", "offset": "int", "leader_epoch": Opt("int", -1)}
+        )
     },
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {
         "topics": _topics({"error_code": "int", "leader_epoch": "int", "end_offset": "int"})

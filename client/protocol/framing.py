@@ -93,7 +93,11 @@ def decode_request(payload: bytes) -> tuple[RequestHeader, Any]:
     if not isinstance(message, list) or len(message) != 5:
         raise ProtocolError("a request must be [api_key, api_version, correlation_id, client_id, body]")
     api_key, api_version, correlation_id, client_id, body = message
-    for name, value in (("api_key", api_key), ("api_version", api_version), ("correlation_id", correlation_id)):
+    for name, value in (
+        ("api_key", api_key),
+        ("api_version", api_version),
+        ("correlation_id", correlation_id),
+    ):
         if type(value) is not int or not -(2**31) <= value < 2**31:
             raise ProtocolError(f"request header field {name} must be a 32-bit integer")
     if client_id is not None and not isinstance(client_id, str):
@@ -101,7 +105,9 @@ def decode_request(payload: bytes) -> tuple[RequestHeader, Any]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), body
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any
+) -> bytes:
     return encode_frame([api_key, api_version, correlation_id, client_id, body])
 
 

@@ -99,7 +99,9 @@ def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     return crc32c.crc32c(memoryview(batch)[CRC_START:])
 
 
-def iter_batches(buf: bytes | bytearray | memoryview, check_crc: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(
+    buf: bytes | bytearray | memoryview, check_crc: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (byte position, header) for every batch in ``buf``; raise CorruptRecordError on
     a short, oversized, wrong-magic or bad-CRC batch. A partial batch at the end is an error
     here; readers of segment tails that expect tears use :func:`valid_prefix` instead."""
@@ -113,7 +115,9 @@ def iter_batches(buf: bytes | bytearray | memoryview, check_crc: bool = True) ->
             raise CorruptRecordError(f"batch at byte {pos} has impossible length {header.batch_length}")
         end = pos + header.size
         if end > len(view):
-            raise CorruptRecordError(f"batch at byte {pos} claims {header.size} bytes, only {len(view) - pos} present")
+            raise CorruptRecordError(
+                f"batch at byte {pos} claims {header.size} bytes, only {len(view) - pos} present"
+            )
         if check_crc and compute_crc(view[pos:end]) != header.crc:
             raise CorruptRecordError(f"batch at byte {pos} (base offset {header.base_offset}) fails its CRC")
         yield pos, header
@@ -168,7 +172,9 @@ def build_batch(
     try:
         codec = COMPRESSION_CODECS[compression]
     except KeyError:
-        raise ValueError(f"unknown compression type {compression!r}; use one of {sorted(COMPRESSION_CODECS)}") from None
+        raise ValueError(
+            f"unknown compression type {compression!r}; use one of {sorted(COMPRESSION_CODECS)}"
+        ) from None
     builder = DefaultRecordBatchBuilder(
         magic=MAGIC,
         compression_type=codec,
@@ -192,7 +198,9 @@ def decode_batch(batch: bytes | bytearray | memoryview) -> list[Record]:
     return [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in reader]
 
 
-def decode_records(buf: bytes | bytearray | memoryview, check_crc: bool = True) -> Iterator[tuple[BatchHeader, Record]]:
+def decode_records(
+    buf: bytes | bytearray | memoryview, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader, Record]]:
     """Every record in a buffer of batches (a fetch response or a segment), with its batch header."""
     view = memoryview(buf)
     for pos, header in iter_batches(view, check_crc=check_crc):

@@ -19,5 +19,11 @@ TEST_SETTINGS = {
 def start_cluster(data_dir: Path, brokers: int = 3, overrides: dict[str, str] | None = None) -> LocalCluster:
     base = free_port_block(brokers)
     cluster = LocalCluster(data_dir)
-    cluster.up(brokers=brokers, zookeeper_port=base - 1, base_port=base, overrides={**TEST_SETTINGS, **(overrides or {})}, timeout=60)
+    cluster.up(
+        brokers=brokers,
+        zookeeper_port=base - 1,
+        base_port=base,
+        overrides={**TEST_SETTINGS, **(overrides or {})},
+        timeout=60,
+    )
     return cluster

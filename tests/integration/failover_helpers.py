@@ -43,7 +43,9 @@ async def describe(cluster: LocalCluster, topic: str) -> TopicDescription:
         return description
 
 
-async def create_topic(cluster: LocalCluster, topic: str, partitions: int, rf: int, configs: dict | None = None):
+async def create_topic(
+    cluster: LocalCluster, topic: str, partitions: int, rf: int, configs: dict | None = None
+):
     async with AdminClient(cluster.bootstrap_servers) as admin:
         await admin.create_topic(topic, partitions, rf, configs or {})
 
@@ -53,7 +55,12 @@ async def partition_state(cluster: LocalCluster, topic: str, partition: int) -> 
 
 
 async def produce_values(
-    cluster: LocalCluster, topic: str, values: list[bytes], acks: str = "all", partition: int | None = None, **config
+    cluster: LocalCluster,
+    topic: str,
+    values: list[bytes],
+    acks: str = "all",
+    partition: int | None = None,
+    **config,
 ) -> list[tuple[int, int, bytes]]:
     """Produce and return (partition, offset, value) of every acknowledged record; failures are dropped."""
     async with Producer(cluster.bootstrap_servers, acks=acks, **config) as producer:
@@ -67,7 +74,9 @@ async def produce_values(
     return acked
 
 
-async def read_all(cluster: LocalCluster, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, list]:
+async def read_all(
+    cluster: LocalCluster, topic: str, partitions: int, timeout: float = 30.0
+) -> dict[int, list]:
     """Every committed record of the topic, as {partition: [(offset, value)]}, read up to the HW."""
     async with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -92,9 +101,13 @@ def assert_replicas_identical(cluster: LocalCluster, topic: str, high_watermarks
             if (cluster.data_dir / f"broker-{b}" / "data" / f"{topic}-{partition}").is_dir()
         }
         assert replicas, f"no replica of {topic}-{partition} on disk"
-        assert not compare_replicas(topic, partition, replicas, hw), compare_replicas(topic, partition, replicas, hw)
+        assert not compare_replicas(topic, partition, replicas, hw), compare_replicas(
+            topic, partition, replicas, hw
+        )
         for name, batches in replicas.items():
-            assert any(b.last_offset == hw - 1 for b in batches) or hw == 0, f"{name} lacks {topic}-{partition}@{hw - 1}"
+            assert any(b.last_offset == hw - 1 for b in batches) or hw == 0, (
+                f"{name} lacks {topic}-{partition}@{hw - 1}"
+            )
 
 
 def cluster_broker_ids(cluster: LocalCluster) -> list[int]:

@@ -25,7 +25,9 @@ MAX_FRAME = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = start_cluster(tmp_path_factory.mktemp("fuzz"), brokers=1, overrides={"socket.request.max.bytes": str(MAX_FRAME)})
+    c = start_cluster(
+        tmp_path_factory.mktemp("fuzz"), brokers=1, overrides={"socket.request.max.bytes": str(MAX_FRAME)}
+    )
     yield c
     c.down()
 

@@ -41,7 +41,9 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
     (three,) = await create(cluster, "three", 3, 3)
     assert [p.partition for p in six.partitions] == list(range(6))
     for p in six.partitions:
-        assert len(p.replicas) == 1 and p.leader == p.replicas[0] and p.leader_epoch == 0 and p.isr == p.replicas
+        assert (
+            len(p.replicas) == 1 and p.leader == p.replicas[0] and p.leader_epoch == 0 and p.isr == p.replicas
+        )
     for p in three.partitions:
         assert sorted(p.replicas) == [1, 2, 3] and p.leader == p.replicas[0] and p.leader_epoch == 0
         assert p.isr == p.replicas
@@ -51,7 +53,10 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
 
     # SPEC 3: exactly these JSON shapes
     assignment = json.loads(zk.get("/brokers/topics/three")[0])
-    assert assignment == {"version": 1, "partitions": {str(p.partition): p.replicas for p in three.partitions}}
+    assert assignment == {
+        "version": 1,
+        "partitions": {str(p.partition): p.replicas for p in three.partitions},
+    }
     for p in three.partitions:
         data, stat = zk.get(f"/brokers/topics/three/partitions/{p.partition}/state")
         state = json.loads(data)
@@ -149,7 +154,13 @@ async def test_admin_errors_carry_kafka_codes(cluster):
 
 
 async def test_produce_to_unknown_topic_fails_with_kafka_error(cluster):
-    producer = Producer(cluster.bootstrap_servers, acks=1, delivery_timeout_ms=3000, request_timeout_ms=1000, max_block_ms=2000)
+    producer = Producer(
+        cluster.bootstrap_servers,
+        acks=1,
+        delivery_timeout_ms=3000,
+        request_timeout_ms=1000,
+        max_block_ms=2000,
+    )
     await producer.start()
     try:
         with pytest.raises(KafkaError) as err:

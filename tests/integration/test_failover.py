@@ -119,8 +119,14 @@ async def test_a_leader_and_isr_with_a_stale_controller_epoch_is_rejected(cluste
             "controller_epoch": 0,  # the elected controller won with epoch >= 1
             "partition_states": [
                 {
-                    "topic": "fenced", "partition": 0, "controller_epoch": 0, "leader": 1,
-                    "leader_epoch": p.leader_epoch + 10, "isr": [1], "zk_version": 99, "replicas": [1, 2, 3],
+                    "topic": "fenced",
+                    "partition": 0,
+                    "controller_epoch": 0,
+                    "leader": 1,
+                    "leader_epoch": p.leader_epoch + 10,
+                    "isr": [1],
+                    "zk_version": 99,
+                    "replicas": [1, 2, 3],
                 }
             ],
             "live_leaders": [],
@@ -262,16 +268,23 @@ async def test_a_leader_cut_off_from_zookeeper_cannot_commit_acks_all_alone(clus
     try:
         # well past replica.lag.time.max.ms (4 s): the leader tries to shrink the ISR and cannot
         outcome = await produce_values(
-            cluster, "cutoff", values("alone", 10), partition=0,
-            request_timeout_ms=8000, delivery_timeout_ms=9000, retries=0,
+            cluster,
+            "cutoff",
+            values("alone", 10),
+            partition=0,
+            request_timeout_ms=8000,
+            delivery_timeout_ms=9000,
+            retries=0,
         )
         assert outcome == [], "no acks=all write may be acknowledged by a leader alone"
 
         # The leader did try to shrink the ISR to itself: that write cannot reach ZooKeeper, so
         # its ISR (and with it the HW) stays where it was, and nothing was acknowledged.
         broker_out = (cluster.data_dir / f"broker-{p.leader}" / "broker.out").read_text()
-        assert re.search(rf"\[Partition cutoff-0 broker={p.leader}\] Shrinking ISR from [0-9,]+ to {p.leader}\.",
-                         broker_out), "the leader attempts the shrink"
+        assert re.search(
+            rf"\[Partition cutoff-0 broker={p.leader}\] Shrinking ISR from [0-9,]+ to {p.leader}\.",
+            broker_out,
+        ), "the leader attempts the shrink"
     finally:
         os.kill(zookeeper_pid, signal.SIGCONT)
         for b in followers:

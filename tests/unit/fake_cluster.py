@@ -334,7 +334,11 @@ class FakeCluster:
 
     async def _init_producer_id(self, node: int, body: dict) -> dict:
         if self.init_producer_id_errors:
-            return {"error_code": self.init_producer_id_errors.pop(0), "producer_id": -1, "producer_epoch": -1}
+            return {
+                "error_code": self.init_producer_id_errors.pop(0),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         producer_id = self.next_producer_id
         self.next_producer_id += 1
         return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

@@ -81,7 +81,9 @@ async def test_batches_decode_with_kafka_python_oracle(fake):
 
 async def test_one_produce_request_per_broker_carries_all_its_partitions(fake):
     fake.create("six", 6)  # leaders 1, 2, 3, 1, 2, 3
-    async with producer(fake, linger_ms=60_000) as p:  # nothing leaves before flush(), however slow the machine
+    async with producer(
+        fake, linger_ms=60_000
+    ) as p:  # nothing leaves before flush(), however slow the machine
         await p.partitions_for("six")
         futures = [await p.send("six", b"x", partition=i % 6) for i in range(60)]
         await p.flush()

@@ -89,7 +89,16 @@ def test_end_offset_for_an_epoch_missing_between_entries(path: Path):
 
 def test_epoch_for_offset(path: Path):
     cache = seed_002_cache(path)
-    assert [cache.epoch_for_offset(o) for o in (0, 19, 20, 79, 80, 119, 120, 10_000)] == [-1, -1, 1, 1, 2, 2, 3, 3]
+    assert [cache.epoch_for_offset(o) for o in (0, 19, 20, 79, 80, 119, 120, 10_000)] == [
+        -1,
+        -1,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
 
 
 def test_truncate_from_end(path: Path):

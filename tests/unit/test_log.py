@@ -26,7 +26,9 @@ class Clock:
 
 def batch(values: list[bytes], ts: int | list[int] = 1_000, compression: str = "none") -> bytes:
     stamps = ts if isinstance(ts, list) else [ts] * len(values)
-    return build_batch([(None, v, t, []) for v, t in zip(values, stamps, strict=True)], compression=compression)
+    return build_batch(
+        [(None, v, t, []) for v, t in zip(values, stamps, strict=True)], compression=compression
+    )
 
 
 def vals(n: int, tag: str = "v") -> list[bytes]:
@@ -60,7 +62,11 @@ def test_directory_name_gives_topic_and_partition(tmp_path: Path, clock: Clock):
 def test_append_assigns_offsets_across_appends(tmp_path: Path, clock: Clock):
     log = open_log(tmp_path, clock)
     infos = [log.append_as_leader(batch(vals(n)), leader_epoch=3) for n in (3, 1, 5)]
-    assert [(i.first_offset, i.last_offset, i.num_records) for i in infos] == [(0, 2, 3), (3, 3, 1), (4, 8, 5)]
+    assert [(i.first_offset, i.last_offset, i.num_records) for i in infos] == [
+        (0, 2, 3),
+        (3, 3, 1),
+        (4, 8, 5),
+    ]
     assert log.log_end_offset == 9
     assert [h.base_offset for h in infos[2].batches] == [4]
     assert infos[2].batches[0].partition_leader_epoch == 3
@@ -230,7 +236,12 @@ def test_truncate_fully_and_start_at(tmp_path: Path, clock: Clock):
     log.append_as_leader(batch(vals(5)), 2)
     log.update_high_watermark(5)
     log.truncate_fully_and_start_at(100)
-    assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.recovery_point) == (100, 100, 100, 100)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.recovery_point) == (
+        100,
+        100,
+        100,
+        100,
+    )
     assert [s.base_offset for s in log.segments] == [100]
     assert log.leader_epoch_cache.entries == []
     with pytest.raises(KafkaError):
@@ -499,7 +510,9 @@ def test_clean_reopen_keeps_everything(tmp_path: Path, clock: Clock):
     log.close()
     with pytest.raises(KafkaError):
         log.read(0, 10)
-    reopened = Log.open(log.dir, LogConfig(segment_bytes=2 * len(one)), clock, recovery_point=15, clean_shutdown=True)
+    reopened = Log.open(
+        log.dir, LogConfig(segment_bytes=2 * len(one)), clock, recovery_point=15, clean_shutdown=True
+    )
     assert reopened.log_end_offset == 15
     assert (reopened.read(0, 1 << 20).records, [s.base_offset for s in reopened.segments]) == before
     assert reopened.leader_epoch_cache.latest_epoch == 4
@@ -518,4 +531,3 @@ def test_config_values_are_checked():
         LogConfig(segment_bytes=0)
     assert LogConfig().segment_bytes == 1073741824
     assert LogConfig().retention_ms == 604800000
-

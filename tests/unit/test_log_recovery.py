@@ -64,7 +64,9 @@ def test_torn_write_is_truncated_to_the_last_whole_batch(tmp_path: Path, clock: 
     assert recovered.log_end_offset == 12
     assert segment_path.stat().st_size == whole
     assert recovered.recovery_point == 12
-    assert any(segment_path.name in r.getMessage() and str(len(torn) // 2) in r.getMessage() for r in caplog.records)
+    assert any(
+        segment_path.name in r.getMessage() and str(len(torn) // 2) in r.getMessage() for r in caplog.records
+    )
     assert recovered.append_as_leader(batch("next"), 5).first_offset == 12
     assert offsets(recovered) == list(range(15))
 
@@ -178,7 +180,11 @@ def test_broken_time_index_is_rebuilt(tmp_path: Path, clock: Clock):
 def test_stray_and_orphaned_files_are_removed(tmp_path: Path, clock: Clock):
     log = write_log(tmp_path / "t-0", clock, appends=2)
     log.close()
-    strays = ["00000000000000000000.log.swap", "00000000000000000007.log.deleted", "leader-epoch-checkpoint.tmp"]
+    strays = [
+        "00000000000000000000.log.swap",
+        "00000000000000000007.log.deleted",
+        "leader-epoch-checkpoint.tmp",
+    ]
     for name in strays:
         (log.dir / name).write_bytes(b"junk")
     (log.dir / "00000000000000000099.index").write_bytes(b"")

@@ -121,7 +121,9 @@ def test_kafka_python_reads_the_segment_files_our_log_writes(tmp_path: Path):
     expected: dict[int, tuple[bytes | None, bytes, int]] = {}
     epochs = [0, 0, 1, 1, 1, 4, 4, 4, 4, 7]
     for i, epoch in enumerate(epochs):
-        records = [(f"k{i}".encode(), f"value-{i}-{j}".encode() * 3, 1_000 + i, [("h", b"x")]) for j in range(4)]
+        records = [
+            (f"k{i}".encode(), f"value-{i}-{j}".encode() * 3, 1_000 + i, [("h", b"x")]) for j in range(4)
+        ]
         compression = "gzip" if i % 3 == 0 else "none"
         info = log.append_as_leader(build_batch(records, compression=compression, base_offset=999), epoch)
         for j, (key, value, _, _) in enumerate(records):
