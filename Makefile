@@ -6,9 +6,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: setup zookeeper docker-compose test test-fast demo bench lint format clean
+.PHONY: setup zookeeper docker-compose fuse test test-fast demo bench lint format clean
 
-setup: $(STAMP) zookeeper docker-compose
+setup: $(STAMP) zookeeper docker-compose fuse
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,19 @@ docker-compose:
 	      { echo "error: apt-get install docker-compose failed; install the Debian package 'docker-compose'"; exit 1; }; \
 	  else \
 	    echo "error: docker-compose missing; run as root: apt-get install -y docker-compose"; exit 1; \
+	  fi; \
+	fi
+
+# FUSE (Debian fuse3: fusermount3; libfuse3-3: the library mfusepy loads) runs chaos/faulty_fs.py,
+# the disk-error fault of `floodmark cluster up --disk-faults`; its tests mount it for real.
+fuse:
+	@if ! command -v fusermount3 >/dev/null || ! ldconfig -p | grep -q 'libfuse3\.so\.3 '; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the Debian fuse3 and libfuse3-3 packages (the disk-error fault's FUSE filesystem)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3 >/dev/null) || \
+	      { echo "error: apt-get install fuse3 libfuse3-3 failed; install the Debian packages 'fuse3' and 'libfuse3-3'"; exit 1; }; \
+	  else \
+	    echo "error: FUSE 3 missing (fusermount3, libfuse3.so.3); run as root: apt-get install -y fuse3 libfuse3-3"; exit 1; \
 	  fi; \
 	fi
 

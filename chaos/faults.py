@@ -5,7 +5,13 @@ Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on e
 * ``crash`` / ``restart``: SIGKILL a broker, start it again with its data;
 * ``pause`` / ``resume``: SIGSTOP / SIGCONT (a GC pause longer than the session timeout);
 * ``terminate``: SIGTERM, a controlled shutdown (leaderships move away first), then exit;
-* ``isolate`` / ``heal``: cut a broker off the network and reconnect it.
+* ``isolate`` / ``heal``: cut a broker off the network and reconnect it;
+* ``fill_disk`` / ``unfill_disk``: fill a broker's disk (ENOSPC) and free it again;
+* ``break_disk`` / ``fix_disk``: make every write to a broker's disk fail with EIO, and stop.
+
+Disk faults exist on the local backend only, on a cluster started with disk faults
+(``chaos.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
+the docker backend refuses them with FaultUnsupported.
 
 The local backend drives ``chaos.local_cluster.LocalCluster`` (processes on this machine; a
 network partition needs the brokers in network namespaces: see ``chaos.netns``); the docker
@@ -34,6 +40,11 @@ class FaultBackend(Protocol):
     def isolate(self, broker_id: int) -> None: ...
     def heal(self, broker_id: int) -> None: ...
     def can_partition(self) -> bool: ...
+    def fill_disk(self, broker_id: int) -> None: ...
+    def unfill_disk(self, broker_id: int) -> None: ...
+    def break_disk(self, broker_id: int) -> None: ...
+    def fix_disk(self, broker_id: int) -> None: ...
+    def can_fault_disks(self) -> bool: ...
 
 
 class FaultUnsupported(RuntimeError):
@@ -78,6 +89,29 @@ class LocalBackend:
     def heal(self, broker_id: int) -> None:
         if self._isolate is not None:
             self._isolate(broker_id, False)
+
+    def can_fault_disks(self) -> bool:
+        state = self.cluster.state
+        return state is not None and state.disks is not None
+
+    def fill_disk(self, broker_id: int) -> None:
+        self._disk(broker_id, "fill")
+
+    def unfill_disk(self, broker_id: int) -> None:
+        self._disk(broker_id, "unfill")
+
+    def break_disk(self, broker_id: int) -> None:
+        self._disk(broker_id, "break")
+
+    def fix_disk(self, broker_id: int) -> None:
+        self._disk(broker_id, "fix")
+
+    def _disk(self, broker_id: int, action: str) -> None:
+        if not self.can_fault_disks():
+            raise FaultUnsupported(
+                "disk faults need a cluster started with disk faults (`floodmark cluster up --disk-faults`, root)"
+            )
+        self.cluster.disk(broker_id, action, restart_hint=False)  # the injector restarts it
 
 
 Runner = Callable[[Sequence[str]], None]
@@ -128,3 +162,25 @@ class DockerBackend:
 
     def heal(self, broker_id: int) -> None:
         self._run(["docker", "network", "connect", self.network, self.container(broker_id)])
+
+    def can_fault_disks(self) -> bool:
+        return False
+
+    def fill_disk(self, broker_id: int) -> None:
+        self._no_disk_faults()
+
+    def unfill_disk(self, broker_id: int) -> None:
+        self._no_disk_faults()
+
+    def break_disk(self, broker_id: int) -> None:
+        self._no_disk_faults()
+
+    def fix_disk(self, broker_id: int) -> None:
+        self._no_disk_faults()
+
+    @staticmethod
+    def _no_disk_faults() -> None:
+        raise FaultUnsupported(
+            "disk faults (disk-full, disk-error) need the local runner's per-broker tmpfs and FUSE "
+            "filesystem (`floodmark cluster up --disk-faults`); the docker backend has none"
+        )

@@ -7,6 +7,11 @@ undo it (restart, SIGCONT, reconnect), and record both moments on the timeline. 
 block (they wait for processes and registrations), so they run in a worker thread and the
 workload keeps producing meanwhile. ``heal_all`` undoes whatever is still in force, so a run
 that is interrupted still ends with every broker up.
+
+Disk faults (``disk-full``, ``disk-error``; chaos/disk.py) target the leader of a partition or,
+through ``follower_of``, one of its in-sync followers. Their heal frees or fixes the disk and
+then restarts the broker, which halted if its only log dir went offline (KIP-112); restarting
+a broker that still runs does nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from chaos.faults import FaultBackend
-from chaos.schedule import Fault
+from chaos.schedule import DISK_FAULT_KINDS, Fault
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,7 @@ class FaultInjector:
         controller_id: ControllerId,
         record: Record,
         say: Callable[[str], None] = lambda _: None,
+        follower_of: LeaderOf | None = None,
     ) -> None:
         self.backend = backend
         self.leader_of = leader_of
@@ -43,6 +49,8 @@ class FaultInjector:
         self.down: set[int] = set()  # crashed or terminated, to restart
         self.paused: set[int] = set()
         self.isolated: set[int] = set()
+        self.disks: dict[int, set[str]] = {}  # broker -> the disk fault kinds in force on it
+        self.follower_of = follower_of
 
     async def run(self, schedule: list[Fault], started: float) -> None:
         """Inject every fault at its time (seconds after ``started``, a ``time.monotonic()``)."""
@@ -52,6 +60,9 @@ class FaultInjector:
                 await asyncio.sleep(delay)
             if fault.kind == "partition" and not self.backend.can_partition():
                 self.say(f"skipped ({fault.describe()}): this backend cannot partition the network")
+                continue
+            if fault.kind in DISK_FAULT_KINDS and not self.backend.can_fault_disks():
+                self.say(f"skipped ({fault.describe()}): the brokers are not on faultable disks")
                 continue
             target = await self._target(fault)
             if target < 0:
@@ -67,6 +78,7 @@ class FaultInjector:
                     "partition": fault.partition,
                     "planned_at_s": fault.at_s,
                     "duration_s": fault.duration_s,
+                    **({"role": fault.role} if fault.kind in DISK_FAULT_KINDS else {}),
                 },
             )
             await asyncio.sleep(fault.duration_s)
@@ -78,6 +90,8 @@ class FaultInjector:
         try:
             if fault.kind == "controller":
                 return await self.controller_id()
+            if fault.role == "follower" and self.follower_of is not None:
+                return await self.follower_of(fault.partition)
             return await self.leader_of(fault.partition)
         except Exception as exc:  # metadata can be briefly unavailable mid-failover
             log.warning("cannot resolve the target of %s: %s", fault.describe(), exc)
@@ -96,6 +110,10 @@ class FaultInjector:
         elif kind == "partition":
             await asyncio.to_thread(self.backend.isolate, broker_id)
             self.isolated.add(broker_id)
+        elif kind in DISK_FAULT_KINDS:
+            self.disks.setdefault(broker_id, set()).add(kind)  # first: a fill that fails half-way is undone
+            fill = kind == "disk-full"
+            await asyncio.to_thread(self.backend.fill_disk if fill else self.backend.break_disk, broker_id)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -106,13 +124,17 @@ class FaultInjector:
         if broker_id in self.isolated:
             await asyncio.to_thread(self.backend.heal, broker_id)
             self.isolated.discard(broker_id)
+        for disk_kind in sorted(self.disks.pop(broker_id, ())):
+            fill = disk_kind == "disk-full"
+            await asyncio.to_thread(self.backend.unfill_disk if fill else self.backend.fix_disk, broker_id)
+            self.down.add(broker_id)  # it halted if its log dir went offline: restart it (no-op if it runs)
         if broker_id in self.down:
             await asyncio.to_thread(self.backend.restart, broker_id)
             self.down.discard(broker_id)
 
     async def heal_all(self) -> None:
         """Undo every fault still in force (an interrupted run must still leave brokers up)."""
-        for broker_id in sorted(self.paused | self.isolated | self.down):
+        for broker_id in sorted(self.paused | self.isolated | self.down | set(self.disks)):
             self.say(f"healing broker {broker_id}")
             try:
                 await self._undo("heal", broker_id)

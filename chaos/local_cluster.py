@@ -8,6 +8,9 @@
     DIR/broker-<i>/data/              the broker's log.dirs
     DIR/broker-<i>/broker.out         the broker's stdout and stderr
 
+With ``up(disk_size=...)`` (``--disk-faults``) each broker's data dir is a FUSE filesystem over
+a tmpfs of that size, so its disk can be filled or made to fail (chaos/disk.py).
+
 Brokers run as ``<python> -m broker --config FILE`` in their own session, so a signal sent to
 one (SIGKILL crash, SIGSTOP pause, SIGTERM controlled shutdown) reaches only that broker. The
 state file records the pid of every start; faults are ``os.kill`` on that pid, after checking
@@ -35,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.disk import BrokerDisk, DiskError, DiskState, check_available, check_size
 from chaos.netns import NetnsLayout, layout_for, netns_available
 from chaos.zookeeper import ZooKeeperProcess, ZooKeeperUnavailable, pid_alive, ruok
 
@@ -81,6 +85,13 @@ class BrokerState:
     out: str
     pid: int | None = None
     started_at: float | None = None
+    #: JBOD: log dirs after the first (``up(log_dirs_per_broker=N)``), on the real disk even
+    #: with disk faults, so a failing first dir takes only that dir offline (KIP-112).
+    extra_log_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return [self.log_dir, *self.extra_log_dirs]
 
 
 @dataclass
@@ -96,6 +107,8 @@ class ClusterState:
     #: Set when every broker runs in its own network namespace (chaos/netns.py), so network
     #: partitions can be injected; None for the plain loopback layout.
     netns_index: int | None = None
+    #: Set when every broker's log dir sits on a faultable disk (chaos/disk.py); None otherwise.
+    disks: DiskState | None = None
 
     @property
     def layout(self) -> NetnsLayout | None:
@@ -128,6 +141,7 @@ class ClusterState:
             "broker_command": self.broker_command,
             "overrides": self.overrides,
             "netns_index": self.netns_index,
+            "disks": self.disks.to_json() if self.disks else None,
         }
 
     @classmethod
@@ -140,13 +154,14 @@ class ClusterState:
             overrides=dict(doc.get("overrides", {})),
             status=doc.get("status", "running"),
             netns_index=doc.get("netns_index"),
+            disks=DiskState.from_json(doc.get("disks")),
         )
 
 
 def render_properties(
     broker_id: int,
     port: int,
-    log_dir: Path,
+    log_dir: Path | list[Path],
     zookeeper_port: int,
     overrides: Mapping[str, str],
     host: str = HOST,
@@ -161,7 +176,7 @@ def render_properties(
     props = {
         "broker.id": str(broker_id),
         "listeners": f"PLAINTEXT://{host}:{port}",
-        "log.dirs": str(log_dir),
+        "log.dirs": ",".join(str(d) for d in (log_dir if isinstance(log_dir, list) else [log_dir])),
         "zookeeper.connect": f"{zookeeper_host}:{zookeeper_port}",
         "zookeeper.session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
         **overrides,
@@ -384,21 +399,30 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         timeout: float = 60.0,
         netns: bool = False,
+        disk_size: str | None = None,
+        log_dirs_per_broker: int = 1,
     ) -> ClusterState:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
-        ``isolate`` can cut it off the network (chaos/netns.py).
+        ``isolate`` can cut it off the network (chaos/netns.py). With ``disk_size`` (root only) every
+        broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or
+        make it fail (chaos/disk.py); a stopped cluster can be given disks this way too.
 
         On a directory whose cluster already exists, the recorded ports and configs are reused and
         only what is not running is started; a fully running cluster is just reported.
         """
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
+        if disk_size is not None:
+            check_available()
+            disk_size = check_size(disk_size)
         state = self.state
         if state is None:
             if netns and not netns_available():
                 raise ClusterError("network namespaces need root and iproute2 (`ip`)")
-            state = self._new_state(brokers, zookeeper_port, base_port, dict(overrides or {}), netns)
+            state = self._new_state(
+                brokers, zookeeper_port, base_port, dict(overrides or {}), netns, log_dirs_per_broker
+            )
         elif len(state.brokers) != brokers:
             raise ClusterError(
                 f"{self.data_dir} already holds a {len(state.brokers)}-broker cluster; "
@@ -409,6 +433,10 @@ class LocalCluster:
                 f"note: {self.data_dir} keeps its recorded configs; --config is ignored for an existing cluster"
             )
         self.state = state
+        if disk_size is not None and state.disks is None:
+            if any(self._broker_alive(b) for b in state.brokers.values()):
+                raise ClusterError(f"the cluster in {self.data_dir} runs without disk faults: stop it first")
+            state.disks = DiskState(disk_size)
 
         zk_up = self._zookeeper_alive(state)
         to_start = [b for b in state.brokers.values() if not self._broker_alive(b)]
@@ -448,6 +476,7 @@ class LocalCluster:
             )
             for i in started:
                 state.brokers[i].pid = None
+            self._tear_down_disks(state, [b.id for b in state.brokers.values() if not self._broker_alive(b)])
             if zk_started:
                 self._procs.terminate({state.zookeeper.pid: _zookeeper_marker(state.zookeeper)}, 10)
                 state.zookeeper.pid = None
@@ -466,7 +495,10 @@ class LocalCluster:
         base_port: int,
         overrides: dict[str, str],
         netns: bool = False,
+        log_dirs_per_broker: int = 1,
     ) -> ClusterState:
+        if log_dirs_per_broker < 1:
+            raise ClusterError("a broker needs at least one log dir")
         ports = [base_port + i for i in range(brokers)]
         if zookeeper_port in ports:
             raise ClusterError(
@@ -492,13 +524,14 @@ class LocalCluster:
                 config=str(home / "server.properties"),
                 log_dir=str(home / "data"),
                 out=str(home / "broker.out"),
+                extra_log_dirs=[str(home / f"data-{k}") for k in range(2, log_dirs_per_broker + 1)],
             )
         # Validate every config before anything starts, then write them.
         texts = {
             b.id: render_properties(
                 b.id,
                 b.port,
-                Path(b.log_dir),
+                [Path(d) for d in b.log_dirs],
                 zookeeper_port,
                 overrides,
                 state.broker_host(b.id),
@@ -507,7 +540,8 @@ class LocalCluster:
             for b in state.brokers.values()
         }
         for broker in state.brokers.values():
-            Path(broker.log_dir).mkdir(parents=True, exist_ok=True)
+            for d in broker.log_dirs:
+                Path(d).mkdir(parents=True, exist_ok=True)
             Path(broker.config).write_text(texts[broker.id])
         return state
 
@@ -548,6 +582,7 @@ class LocalCluster:
                     "controller": broker.id == controller_id,
                     "config": broker.config,
                     "log_dir": broker.log_dir,
+                    "disk": self._disk(broker).describe() if state.disks else None,
                 }
             )
         return {
@@ -588,6 +623,9 @@ class LocalCluster:
             self._progress(f"broker {broker_id} (pid {pid}) ignored SIGINT for {timeout:g}s: sent SIGKILL")
         for broker in state.brokers.values():
             broker.pid = None
+        if state.disks is not None:
+            self._progress("unmounting the brokers' disks (their data is copied back to broker-<i>/data)")
+            self._tear_down_disks(state, sorted(state.brokers))
         if self._zookeeper_alive(state, check_ruok=False):
             self._progress(f"stopping ZooKeeper (pid {state.zookeeper.pid})")
             self._procs.terminate({state.zookeeper.pid: _zookeeper_marker(state.zookeeper)}, 10)
@@ -635,6 +673,19 @@ class LocalCluster:
         self._progress(
             f"{'isolated' if cut else 'reconnected'} broker {broker_id} ({state.broker_host(broker_id)})"
         )
+
+    def disk(self, broker_id: int, action: str, restart_hint: bool = True) -> str:
+        """Fill, unfill, break, fix or heal a broker's disk (chaos/disk.py ACTIONS); returns the line
+        it reported. Nothing is restarted: a broker whose log dir failed has halted by itself."""
+        state = self._require_state()
+        broker = self._broker(broker_id)
+        if state.disks is None:
+            raise ClusterError("this cluster was not started with --disk-faults: its disks cannot fail")
+        message = f"broker {broker_id}: {state.disks.apply(action, self._disk(broker))}"
+        if restart_hint and action in ("unfill", "fix", "heal") and not self._broker_alive(broker):
+            message += f"; the broker is not running: `floodmark cluster start {broker_id}` brings it back"
+        self._progress(message)
+        return message
 
     def start(self, broker_id: int, timeout: float = 60.0) -> int:
         """Restart a stopped or killed broker with its config and data; waits until it is registered.
@@ -723,7 +774,22 @@ class LocalCluster:
             ) from None
         zk.pid = self._procs.track(server.process)
 
+    def _disk(self, broker: BrokerState) -> BrokerDisk:
+        return BrokerDisk(Path(broker.out).parent, Path(broker.log_dir))
+
+    def _tear_down_disks(self, state: ClusterState, broker_ids: list[int]) -> None:
+        for broker_id in broker_ids if state.disks is not None else []:
+            try:
+                state.disks.tear_down(broker_id, self._disk(state.brokers[broker_id]))
+            except DiskError as exc:
+                self._progress(f"broker {broker_id}'s disk: {exc}")
+
     def _spawn_broker(self, broker: BrokerState, state: ClusterState) -> None:
+        if state.disks is not None:  # mounted before the broker starts, so its namespace sees them
+            state.disks.set_up(broker.id, self._disk(broker))
+            self._progress(
+                f"broker {broker.id}'s log dir is a FUSE filesystem over a {state.disks.size} tmpfs"
+            )
         host = state.broker_host(broker.id)
         self._progress(f"starting broker {broker.id} on {host}:{broker.port} (log in {broker.out})")
         env = dict(os.environ)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -94,11 +95,20 @@ class NetnsLayout:
             _ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             _ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
-    def destroy(self, broker_ids: Iterable[int]) -> None:
-        """Remove the namespaces (their veth pairs go with them) and the bridge; idempotent."""
+    def destroy(self, broker_ids: Iterable[int], timeout: float = 5.0) -> None:
+        """Remove the namespaces (their veth pairs go with them) and the bridge; idempotent. The
+        kernel frees a deleted namespace's veth pair asynchronously (tens of ms here), so wait,
+        bounded, until they are gone: a ``create`` right after would otherwise find "File exists"."""
+        broker_ids = list(broker_ids)
         for broker_id in broker_ids:
             _ip("netns", "del", self.namespace(broker_id), check=False)
         _ip("link", "del", self.bridge, check=False)
+        deadline = time.monotonic() + timeout
+        for broker_id in broker_ids:
+            while _ip("link", "show", self.veth(broker_id), check=False).returncode == 0:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
 
     # -- faults ---------------------------------------------------------------------------------
     def isolate(self, broker_id: int, cut: bool = True) -> None:

@@ -1,7 +1,8 @@
 """``floodmark chaos run``: the main job (SPEC 8; issue 4 item 3).
 
 1. Start a local cluster in the data dir unless one runs there (brokers in network namespaces
-   when partitions are asked for and this is root), or use the docker-compose cluster.
+   when partitions are asked for and this is root; on faultable disks, chaos/disk.py, when
+   disk-full or disk-error is asked for), or use the docker-compose cluster.
 2. Create the topic (partitions, replication factor, min.insync.replicas) if it is missing.
 3. Run the workload (idempotent acks=all producers, every outcome in the ledger), a watcher
    that records every leadership change, and the seeded fault schedule, for ``duration_s``.
@@ -22,12 +23,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chaos.disk import DEFAULT_SIZE as DEFAULT_DISK_SIZE
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
 from chaos.local_cluster import LocalCluster
 from chaos.netns import netns_available
 from chaos.ports import free_port_block
-from chaos.schedule import make_schedule
+from chaos.schedule import DISK_FAULT_KINDS, make_schedule
 from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings
 from client.admin import AdminClient
 from client.protocol.errors import ErrorCode, KafkaError
@@ -90,6 +92,7 @@ def prepare_local_cluster(settings: ChaosSettings, say: Say) -> LocalCluster:
     cluster = LocalCluster(settings.data_dir, progress=say)
     if not cluster.running():
         netns = "partition" in settings.faults and netns_available()
+        disks = any(kind in DISK_FAULT_KINDS for kind in settings.faults)
         base = free_port_block(settings.brokers)
         cluster.up(
             settings.brokers,
@@ -98,6 +101,7 @@ def prepare_local_cluster(settings: ChaosSettings, say: Say) -> LocalCluster:
             overrides={**CHAOS_BROKER_SETTINGS, **settings.overrides},
             timeout=90,
             netns=netns if cluster.state is None else cluster.state.netns_index is not None,
+            disk_size=DEFAULT_DISK_SIZE if disks else None,
         )
     return cluster
 
@@ -150,7 +154,7 @@ async def run_chaos(settings: ChaosSettings, say: Say) -> ChaosResult:
         bootstrap = cluster.bootstrap_servers
         isolate = cluster.isolate if cluster.state.layout is not None else None
         backend: FaultBackend = LocalBackend(cluster, isolate)
-        log_dirs = [b.log_dir for b in sorted(cluster.state.brokers.values(), key=lambda b: b.id)]
+        log_dirs = [d for b in sorted(cluster.state.brokers.values(), key=lambda b: b.id) for d in b.log_dirs]
     elif settings.backend == "docker":
         if not settings.bootstrap:
             raise ValueError("the docker backend needs --bootstrap-server (see docs/docker.md)")
@@ -160,6 +164,10 @@ async def run_chaos(settings: ChaosSettings, say: Say) -> ChaosResult:
     if "partition" in settings.faults and not backend.can_partition():
         say(
             "network partitions need the brokers in network namespaces (root): partition faults will be skipped"
+        )
+    if set(DISK_FAULT_KINDS) & set(settings.faults) and not backend.can_fault_disks():
+        say(
+            "the brokers are not on faultable disks (`cluster up --disk-faults`): disk faults will be skipped"
         )
 
     await ensure_topic(bootstrap, settings, say)
@@ -200,6 +208,7 @@ async def run_chaos(settings: ChaosSettings, say: Say) -> ChaosResult:
             lambda: _controller_id(bootstrap),
             lambda kind, detail: ledger.event(kind, detail),
             say,
+            follower_of=watcher.follower_of,
         )
         started = time.monotonic()
         tasks = [asyncio.create_task(workload.run()), asyncio.create_task(watcher.run())]
@@ -256,7 +265,7 @@ async def _progress(
     while True:
         await asyncio.sleep(5)
         s = workload.stats
-        down = sorted(injector.down | injector.paused | injector.isolated)
+        down = sorted(injector.down | injector.paused | injector.isolated | set(injector.disks))
         say(
             f"t+{time.monotonic() - started:4.0f}s/{duration_s:.0f}s  acknowledged {s.acknowledged:,}  "
             f"failed {s.failed:,}  brokers faulted now: {down or 'none'}"

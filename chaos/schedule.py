@@ -15,7 +15,16 @@ controller SIGKILL the active controller, restart it later  controller failover 
 pause      SIGSTOP longer than the ZooKeeper session, CONT  a long GC pause: the session expires
 term       SIGTERM (controlled shutdown), restart later     a rolling restart
 partition  isolate a broker's network, heal later (root)    a network partition
+disk-full  fill the broker's disk (ENOSPC), free it later   a full disk (KIP-112 log-dir failure)
+disk-error fail every write with EIO, pass through later    a failing disk (KIP-112 log-dir failure)
 ========== =============================================== ==========================================
+
+The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
+need root and a cluster whose brokers sit on faultable disks (``cluster up --disk-faults``,
+chaos/disk.py), so a run asks for them by name. Their target is drawn per fault, seeded: the
+leader of partition P or one of its in-sync followers, half and half, because a leader's
+failed disk moves leadership while a follower's only shrinks the ISR. The heal frees or fixes
+the disk, then restarts the broker if it has halted (all its log dirs offline).
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ import random
 from dataclasses import asdict, dataclass
 
 FAULT_KINDS = ("kill", "controller", "pause", "term", "partition")
+DISK_FAULT_KINDS = ("disk-full", "disk-error")
+ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS
+ROLES = ("leader", "follower")
 
 
 @dataclass(frozen=True)
@@ -34,14 +46,20 @@ class Fault:
     kind: str
     partition: int  # whose leader a "kill"/"partition" targets; unused by the others
     duration_s: float
+    role: str = "leader"  # disk faults only: "leader" or "follower" (an in-sync one) of the partition
 
     def describe(self) -> str:
+        whose = f"the {self.role} of partition {self.partition}"
+        if self.role == "follower":
+            whose = f"an in-sync follower of partition {self.partition}"
         what = {
             "kill": f"SIGKILL the leader of partition {self.partition}",
             "controller": "SIGKILL the controller",
             "pause": f"SIGSTOP the leader of partition {self.partition}",
             "term": f"SIGTERM (controlled shutdown) the leader of partition {self.partition}",
             "partition": f"cut the leader of partition {self.partition} off the network",
+            "disk-full": f"fill the disk of {whose} (ENOSPC)",
+            "disk-error": f"fail every write to the disk of {whose} (EIO)",
         }[self.kind]
         return f"t+{self.at_s:.1f}s: {what} for {self.duration_s:.1f}s"
 
@@ -51,9 +69,11 @@ class Fault:
 
 def parse_fault_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    unknown = [k for k in kinds if k not in ALL_FAULT_KINDS]
     if unknown or not kinds:
-        raise ValueError(f"unknown fault kind(s) {unknown or [text]}: choose from {', '.join(FAULT_KINDS)}")
+        raise ValueError(
+            f"unknown fault kind(s) {unknown or [text]}: choose from {', '.join(ALL_FAULT_KINDS)}"
+        )
     return kinds
 
 
@@ -80,6 +100,8 @@ def make_schedule(
         length = pause_s if kind in ("pause", "partition") else rng.uniform(3.0, 8.0)
         if t + length + settle_s > duration_s:
             break
-        faults.append(Fault(round(t, 3), kind, rng.randrange(partitions), round(length, 3)))
+        partition = rng.randrange(partitions)
+        role = rng.choice(ROLES) if kind in DISK_FAULT_KINDS else "leader"  # no draw: old seeds hold
+        faults.append(Fault(round(t, 3), kind, partition, round(length, 3), role))
         t += length + rng.uniform(settle_s, 2 * settle_s)
     return faults

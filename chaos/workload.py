@@ -204,3 +204,14 @@ class LeadershipWatcher:
             return description.partitions[partition].leader
         finally:
             await admin.close()
+
+    async def follower_of(self, partition: int) -> int:
+        """The first in-sync follower of ``partition`` in replica order; -1 when it has none."""
+        admin = AdminClient(self.bootstrap)
+        await admin.start()
+        try:
+            (description,) = await admin.describe_topics([self.topic])
+            p = description.partitions[partition]
+            return next((r for r in p.replicas if r != p.leader and r in p.isr), -1)
+        finally:
+            await admin.close()

@@ -10,16 +10,36 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from client.cli.common import parse_pairs, run
+from client.cli.common import CliError, parse_pairs, run
+
+if TYPE_CHECKING:
+    from chaos.run import ChaosResult, ChaosSettings
 
 VIOLATIONS_EXIT = 3
 
 
 def say(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
+
+
+def _run_reporting_runner_errors(settings: ChaosSettings) -> ChaosResult:
+    """The run; the local runner's failures (a broker that does not start, a disk that cannot be
+    mounted) as one ``Error:`` line."""
+    from chaos.disk import DiskError
+    from chaos.faults import FaultUnsupported
+    from chaos.local_cluster import ClusterError
+    from chaos.run import run_chaos
+    from chaos.zookeeper import ZooKeeperUnavailable
+
+    try:
+        return run(run_chaos(settings, say))
+    except (ClusterError, DiskError, FaultUnsupported, ZooKeeperUnavailable) as exc:
+        first, *rest = str(exc).splitlines() or [exc.__class__.__name__]
+        raise CliError("\n".join([first, *("    " + line for line in rest)])) from None
 
 
 @click.group()
@@ -51,7 +71,8 @@ def chaos() -> None:
     "--faults",
     default="kill,pause,controller,term",
     show_default=True,
-    help="Comma-separated from kill, pause, controller, term, partition (partition needs root).",
+    help="Comma-separated from kill, pause, controller, term, partition, disk-full, disk-error "
+    "(partition and the disk faults need root; the disk faults put the brokers on faultable disks).",
 )
 @click.option("--topic", default="chaos", show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=6, show_default=True)
@@ -109,7 +130,7 @@ def run_command(
 ) -> None:
     """Write with idempotent acks=all producers while brokers crash, pause, shut down and get cut
     off; heal; then verify with Spark that nothing acknowledged was lost, duplicated or diverged."""
-    from chaos.run import ChaosSettings, run_chaos
+    from chaos.run import ChaosSettings
     from chaos.schedule import parse_fault_kinds
 
     try:
@@ -135,7 +156,7 @@ def run_command(
         master=master,
         stop_cluster=stop_cluster,
     )
-    result = run(run_chaos(settings, say))
+    result = _run_reporting_runner_errors(settings)
     click.echo(
         f"chaos run: {result.faults} faults, {result.acknowledged:,} acknowledged, {result.failed:,} failed; "
         f"report in {result.report_dir}"

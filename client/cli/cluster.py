@@ -1,4 +1,5 @@
-"""``floodmark cluster up|status|down|kill|start``: the local cluster runner's commands (SPEC 7, 8).
+"""``floodmark cluster up|status|down|kill|start|isolate|disk``: the local cluster runner's commands
+(SPEC 7, 8). ``disk`` fills or breaks a broker's disk (docs/operations.md, "Disk faults").
 
 This group is the operator's composition root: it is the only part of ``client`` that touches
 ``chaos`` (lazily, inside each command). Client library code never imports ``chaos``.
@@ -28,12 +29,13 @@ data_dir_option = click.option(
 @contextmanager
 def _runner_errors() -> Iterator[None]:
     """The runner's failures as CliError: first line is the error, any log tail follows indented."""
+    from chaos.disk import DiskError
     from chaos.local_cluster import ClusterError
     from chaos.zookeeper import ZooKeeperUnavailable
 
     try:
         yield
-    except (ClusterError, ZooKeeperUnavailable) as exc:
+    except (ClusterError, DiskError, ZooKeeperUnavailable) as exc:
         first, *rest = str(exc).splitlines() or [exc.__class__.__name__]
         raise CliError("\n".join([first, *("    " + line for line in rest)])) from None
 
@@ -79,6 +81,24 @@ def cluster() -> None:
     is_flag=True,
     help="Run each broker in its own network namespace (root only), so `cluster isolate` can partition it.",
 )
+@click.option(
+    "--disk-faults",
+    is_flag=True,
+    help="Put each broker's log dir on a FUSE filesystem over a tmpfs (root only), so `cluster disk` can fill or break it.",
+)
+@click.option(
+    "--disk-size",
+    metavar="SIZE",
+    help="The size of each broker's tmpfs with --disk-faults, e.g. 64m, 512k, 1g.  [default: 64m]",
+)
+@click.option(
+    "--log-dirs-per-broker",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="JBOD: log.dirs of each broker (data, data-2, ...); with --disk-faults only the first is on the "
+    "faultable disk, so a failing disk takes one dir offline and the broker keeps serving the others.",
+)
 def up(
     brokers: int,
     data_dir: Path,
@@ -87,10 +107,16 @@ def up(
     configs: tuple[str, ...],
     timeout: float,
     netns: bool,
+    disk_faults: bool,
+    disk_size: str | None,
+    log_dirs_per_broker: int,
 ) -> None:
     """Start ZooKeeper and N brokers; wait until all are registered and a controller is elected."""
+    from chaos.disk import DEFAULT_SIZE
     from chaos.local_cluster import LocalCluster
 
+    if disk_size is not None and not disk_faults:
+        raise click.UsageError("--disk-size needs --disk-faults")
     overrides = parse_pairs(configs, "--config")
     with _runner_errors():
         runner = LocalCluster(data_dir, progress=_echo)
@@ -101,6 +127,8 @@ def up(
             overrides=overrides,
             timeout=timeout,
             netns=netns,
+            disk_size=(disk_size or DEFAULT_SIZE) if disk_faults else None,
+            log_dirs_per_broker=log_dirs_per_broker,
         )
     click.echo(f"bootstrap servers: {state.bootstrap}")
 
@@ -136,7 +164,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
         ),
         f"bootstrap   {report['bootstrap']}",
         "",
-        f"{'broker':<8}{'port':<8}{'pid':<10}{'process':<10}{'registered':<12}controller",
+        f"{'broker':<8}{'port':<8}{'pid':<10}{'process':<10}{'registered':<12}{'controller':<12}disk",
     ]
     for b in report["brokers"]:
         process = (
@@ -144,9 +172,9 @@ def format_status(report: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"{b['id']:<8}{b['port']:<8}{b['pid'] or '-':<10}{process:<10}"
-            f"{'yes' if b['registered'] else 'no':<12}{'yes' if b['controller'] else ''}"
+            f"{'yes' if b['registered'] else 'no':<12}{'yes' if b['controller'] else '':<12}{b.get('disk') or '-'}"
         )
-    return lines
+    return [line.rstrip() for line in lines]
 
 
 @cluster.command()
@@ -210,3 +238,28 @@ def start(broker_id: int, data_dir: Path, timeout: float) -> None:
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).start(broker_id, timeout=timeout)
+
+
+@cluster.command()
+@click.argument("broker_id", metavar="ID", type=int)
+@data_dir_option
+@click.option(
+    "--full", "action", flag_value="fill", help="Fill the disk: the broker's next write fails with ENOSPC."
+)
+@click.option(
+    "--error",
+    "action",
+    flag_value="break",
+    help="Fail every write, fsync, truncate, create, rename with EIO.",
+)
+@click.option("--heal", "action", flag_value="heal", help="Free the disk and let writes pass through again.")
+def disk(broker_id: int, data_dir: Path, action: str | None) -> None:
+    """Fill broker ID's disk (--full), make it fail (--error), or heal it (--heal). Needs a cluster
+    started with `cluster up --disk-faults`. A broker whose log dir failed halts (KIP-112): after
+    --heal, `cluster start ID` brings it back."""
+    from chaos.local_cluster import LocalCluster
+
+    if action is None:
+        raise click.UsageError("say what to do to the disk: --full, --error or --heal")
+    with _runner_errors():
+        LocalCluster.load(data_dir, progress=_echo).disk(broker_id, action)

@@ -19,7 +19,17 @@ from chaos.schedule import FAULT_KINDS
 
 pytestmark = pytest.mark.integration
 
+ANOMALIES = ("lost", "duplicate", "divergent", "out_of_order", "hw_above_leo", "epoch_cache_inconsistent")
 SEED = 8  # with 60 s this seed's schedule holds one fault of every kind (tests/unit/test_chaos_schedule.py)
+
+
+def assert_verified_clean(report_dir, result, min_acknowledged: int) -> None:
+    report = json.loads((report_dir / "verification.json").read_text())
+    counts = report["counts"]
+    assert result.acknowledged > min_acknowledged and counts["acknowledged"] == result.acknowledged
+    for anomaly in ANOMALIES:
+        assert counts[anomaly] == 0, (anomaly, report["violations"].get(anomaly))
+    assert result.verification_ok
 
 
 async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path):
@@ -40,17 +50,36 @@ async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path)
     assert injected == set(kinds), f"every fault kind was injected: {injected}"
     assert any(e["type"] == "leader_change" for e in events)
 
-    report = json.loads((settings.report_dir / "verification.json").read_text())
-    counts = report["counts"]
-    assert result.acknowledged > 5_000 and counts["acknowledged"] == result.acknowledged
-    for anomaly in (
-        "lost",
-        "duplicate",
-        "divergent",
-        "out_of_order",
-        "hw_above_leo",
-        "epoch_cache_inconsistent",
-    ):
-        assert counts[anomaly] == 0, (anomaly, report["violations"].get(anomaly))
-    assert result.verification_ok
+    assert_verified_clean(settings.report_dir, result, min_acknowledged=5_000)
     assert (settings.report_dir / "timeline.png").stat().st_size > 10_000
+
+
+DISK_SEED = 4  # with 45 s: a kill, disk-error on a follower, disk-full on a leader, disk-error on a leader
+
+
+async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_nothing(tmp_path):
+    """Issue 8: disk-full and disk-error (KIP-112) among the faults. The run puts every broker's
+    log dir on a faultable disk (chaos/disk.py: FUSE over a tmpfs, root only); a broker whose
+    only log dir fails halts, the heal frees or fixes the disk and restarts it."""
+    kinds = ("disk-full", "disk-error", "kill")
+    settings = ChaosSettings(
+        data_dir=tmp_path / "cluster",
+        report_dir=tmp_path / "report",
+        duration_s=45,
+        seed=DISK_SEED,
+        faults=kinds,
+        stop_cluster=True,
+        records_per_second=300,
+    )
+    result = await run_chaos(settings, print)
+
+    events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
+    faults = [e["detail"] for e in events if e["type"] == "fault"]
+    assert {(f["kind"], f.get("role")) for f in faults} >= {
+        ("disk-full", "leader"),
+        ("disk-error", "follower"),
+        ("disk-error", "leader"),
+    }, faults
+    assert_verified_clean(settings.report_dir, result, min_acknowledged=3_000)
+    out = "".join((tmp_path / "cluster" / f"broker-{b}" / "broker.out").read_text() for b in (1, 2, 3))
+    assert "Shutdown broker because all log dirs in" in out, "no disk fault reached a broker"

@@ -7,9 +7,16 @@ import time
 
 import pytest
 
-from chaos.faults import DockerBackend
+from chaos.faults import DockerBackend, FaultUnsupported
 from chaos.injector import FaultInjector
-from chaos.schedule import FAULT_KINDS, Fault, make_schedule, parse_fault_kinds
+from chaos.schedule import (
+    ALL_FAULT_KINDS,
+    DISK_FAULT_KINDS,
+    FAULT_KINDS,
+    Fault,
+    make_schedule,
+    parse_fault_kinds,
+)
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
@@ -38,20 +45,48 @@ def test_fault_kinds_are_parsed_with_a_clear_error():
     assert parse_fault_kinds("kill, pause") == ("kill", "pause")
     with pytest.raises(ValueError, match="unknown fault kind.*'gc'"):
         parse_fault_kinds("kill,gc")
+    assert parse_fault_kinds("kill,disk-full,disk-error") == ("kill", "disk-full", "disk-error")
+    with pytest.raises(ValueError, match="choose from .*disk-full, disk-error"):
+        parse_fault_kinds("disk-slow")
+
+
+def test_disk_faults_are_asked_for_by_name_and_target_leaders_and_followers():
+    assert not set(DISK_FAULT_KINDS) & set(FAULT_KINDS)  # not in the set every run draws from
+    assert ALL_FAULT_KINDS == FAULT_KINDS + DISK_FAULT_KINDS
+    roles = set()
+    for seed in range(20):
+        schedule = make_schedule(seed, 120, ("kill", "disk-full", "disk-error"), 6, pause_s=8)
+        assert {f.kind for f in schedule} == {"kill", "disk-full", "disk-error"}
+        assert all(f.role == "leader" for f in schedule if f.kind == "kill")
+        roles |= {f.role for f in schedule if f.kind in DISK_FAULT_KINDS}
+        assert schedule == make_schedule(seed, 120, ("kill", "disk-full", "disk-error"), 6, pause_s=8)
+    assert roles == {"leader", "follower"}
+    # no role is drawn for the other kinds, so their seeds give the schedules they always gave
+    assert all(f.role == "leader" for f in make_schedule(3, 300, FAULT_KINDS, 6, pause_s=8))
+    assert Fault(1, "disk-full", 2, 3, "follower").describe() == (
+        "t+1.0s: fill the disk of an in-sync follower of partition 2 (ENOSPC) for 3.0s"
+    )
+    assert Fault(1, "disk-error", 0, 3).describe() == (
+        "t+1.0s: fail every write to the disk of the leader of partition 0 (EIO) for 3.0s"
+    )
 
 
 class RecordingBackend:
     name = "recording"
 
-    def __init__(self, partitions: bool = False) -> None:
+    def __init__(self, partitions: bool = False, disks: bool = False) -> None:
         self.calls: list[tuple[str, int]] = []
         self.partitions = partitions
+        self.disks = disks
 
     def broker_ids(self):
         return [1, 2, 3]
 
     def can_partition(self):
         return self.partitions
+
+    def can_fault_disks(self):
+        return self.disks
 
     def __getattr__(self, verb):
         return lambda broker_id: self.calls.append((verb, broker_id))
@@ -96,8 +131,61 @@ async def test_heal_all_undoes_what_an_interrupted_run_left():
     backend = RecordingBackend(partitions=True)
     injector = FaultInjector(backend, None, None, lambda *_: None)
     injector.down, injector.paused, injector.isolated = {1}, {2}, {3}
+    injector.disks = {4: {"disk-full", "disk-error"}}
     await injector.heal_all()
-    assert sorted(backend.calls) == [("heal", 3), ("restart", 1), ("resume", 2)]
+    assert sorted(backend.calls) == [
+        ("fix_disk", 4),
+        ("heal", 3),
+        ("restart", 1),
+        ("restart", 4),
+        ("resume", 2),
+        ("unfill_disk", 4),
+    ]
+    assert not injector.disks
+
+
+async def test_disk_faults_fill_or_break_then_heal_and_restart_the_broker_that_halted():
+    backend = RecordingBackend(disks=True)
+    events = []
+
+    async def leader_of(partition):
+        return {0: 1, 1: 2}[partition]
+
+    async def follower_of(partition):
+        return {0: 3, 1: 1}[partition]
+
+    injector = FaultInjector(
+        backend, leader_of, None, lambda kind, detail: events.append((kind, detail)), follower_of=follower_of
+    )
+    schedule = [Fault(0, "disk-full", 0, 0.01, "leader"), Fault(0, "disk-error", 0, 0.01, "follower")]
+    await injector.run(schedule, time.monotonic())
+    # the heal frees or fixes the disk, then restarts the broker (a no-op locally when it still runs)
+    assert backend.calls == [
+        ("fill_disk", 1),
+        ("unfill_disk", 1),
+        ("restart", 1),
+        ("break_disk", 3),
+        ("fix_disk", 3),
+        ("restart", 3),
+    ]
+    faults = [detail for kind, detail in events if kind == "fault"]
+    assert [(f["kind"], f["broker"], f["role"]) for f in faults] == [
+        ("disk-full", 1, "leader"),
+        ("disk-error", 3, "follower"),
+    ]
+    assert not (injector.down | set(injector.disks))
+
+
+async def test_disk_faults_are_skipped_where_the_brokers_have_no_faultable_disks():
+    backend = RecordingBackend(disks=False)
+    said = []
+
+    async def leader_of(partition):
+        return 1
+
+    injector = FaultInjector(backend, leader_of, None, lambda *_: None, said.append)
+    await injector.run([Fault(0, "disk-error", 0, 0.01)], time.monotonic())
+    assert backend.calls == [] and "the brokers are not on faultable disks" in said[0]
 
 
 def test_the_docker_backend_speaks_the_docker_cli():
@@ -119,6 +207,10 @@ def test_the_docker_backend_speaks_the_docker_cli():
         ["docker", "network", "disconnect", "floodmark", "floodmark-broker-1"],
         ["docker", "network", "connect", "floodmark", "floodmark-broker-1"],
     ]
+    assert not docker.can_fault_disks()
+    for verb in (docker.fill_disk, docker.unfill_disk, docker.break_disk, docker.fix_disk):
+        with pytest.raises(FaultUnsupported, match="the docker backend has none"):
+            verb(1)
 
 
 def test_the_chaos_tests_seed_holds_every_kind_in_a_minute():
