@@ -1,0 +1,77 @@
+"""The leader's append path in-process (``Log.append_as_leader``), this tree against a baseline
+revision, interleaved in one run so the ratio survives a busy machine (docs/benchmarks.md,
+"Log append path").
+
+Each sample is a fresh process that opens a Log in a temp dir and appends ``--batches``
+batches of 10 records of 100 bytes (what one producer batch per partition per request looks
+like at the perf tool's default linger), timing only the appends; the baseline runs from a
+``git worktree`` of ``--base``. No network, no replication: this isolates the code that a
+change to the storage layer touches.
+
+    .venv/bin/python bench/log_append.py --base d63bd31 [--batches 50000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SAMPLE = r"""
+import sys, tempfile, time
+from pathlib import Path
+from broker.log import Log, LogConfig
+from client.protocol.records import build_batch
+batches = int(sys.argv[1])
+records = [build_batch([(None, bytes(100), 1_000 + i, []) for i in range(10)]) for _ in range(64)]
+with tempfile.TemporaryDirectory() as tmp:
+    log = Log.open(Path(tmp) / "bench-0", LogConfig(), lambda: 1_000)
+    started = time.perf_counter()
+    for n in range(batches):
+        log.append_as_leader(records[n % 64], leader_epoch=0)
+    elapsed = time.perf_counter() - started
+    log.close()
+print(batches / elapsed)
+"""
+
+
+def sample(tree: Path, batches: int) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", SAMPLE, str(batches)], cwd=tree, check=True, capture_output=True, text=True
+    )
+    return float(out.stdout.strip())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="the baseline git revision")
+    parser.add_argument("--batches", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = Path(tmp) / "base"
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(base_tree), args.base], cwd=ROOT, check=True
+        )
+        try:
+            base, head = [], []
+            for _ in range(args.repeat):
+                base.append(sample(base_tree, args.batches))
+                head.append(sample(ROOT, args.batches))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=False)
+    ratio = statistics.median(h / b for h, b in zip(head, base, strict=True))
+    print(f"| revision | appends/s (median of {args.repeat}) | records/s |")
+    print("|---|---:|---:|")
+    print(f"| {args.base} | {statistics.median(base):,.0f} | {statistics.median(base) * 10:,.0f} |")
+    print(f"| working tree | {statistics.median(head):,.0f} | {statistics.median(head) * 10:,.0f} |")
+    print(f"\nworking tree / {args.base}: {ratio:.3f} (median of the per-pair ratios)")
+
+
+if __name__ == "__main__":
+    main()
