@@ -111,7 +111,7 @@ class KafkaApis:
         request.respond(await self.rm.become_leader_or_follower(request.body))
 
     async def handle_stop_replica(self, request: Request) -> None:
-        request.respond(self.rm.stop_replicas(request.body))
+        request.respond(await self.rm.stop_replicas(request.body))
 
     async def handle_controlled_shutdown(self, request: Request) -> None:
         try:

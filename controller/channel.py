@@ -29,6 +29,8 @@ from controller.zk import LEADER_DURING_DELETE, BrokerInfo, LeaderIsrAndControll
 log = logging.getLogger(__name__)
 
 ResponseCallback = Callable[[int, dict], None]  # (broker id, response body)
+#: (broker id, response body, request body): LeaderAndIsr answers are read against the request.
+LeaderAndIsrCallback = Callable[[int, dict, dict], None]
 
 #: Failures after which the same request is sent again on a new connection.
 _RESEND = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
@@ -204,12 +206,14 @@ class ControllerBrokerRequestBatch:
         controller_id: int,
         context: ControllerContext,
         send: Callable[[int, ApiKey, dict, ResponseCallback | None], object],
-        leader_and_isr_callback: ResponseCallback | None = None,
+        leader_and_isr_callback: LeaderAndIsrCallback | None = None,
     ) -> None:
         self.controller_id = controller_id
         self.context = context
         self._send = send
-        self._leader_and_isr_callback = leader_and_isr_callback or log_response_errors
+        self._leader_and_isr_callback = leader_and_isr_callback or (
+            lambda b, r, _req: log_response_errors(b, r)
+        )
         self.leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = {}
         self.update_metadata: dict[int, set[TopicPartition]] = {}
         self.stop_replica: dict[tuple[int, bool], dict[TopicPartition, None]] = {}
@@ -273,11 +277,12 @@ class ControllerBrokerRequestBatch:
     def send(self, controller_epoch: int) -> None:
         try:
             for broker_id, entries in sorted(self.leader_and_isr.items()):
+                body = self.leader_and_isr_body(controller_epoch, entries)
                 self._send(
                     broker_id,
                     ApiKey.LEADER_AND_ISR,
-                    self.leader_and_isr_body(controller_epoch, entries),
-                    self._leader_and_isr_callback,
+                    body,
+                    lambda b, r, body=body: self._leader_and_isr_callback(b, r, body),
                 )
             for broker_id, partitions in sorted(self.update_metadata.items()):
                 self._send(

@@ -50,6 +50,7 @@ from controller.events import (
     ControllerEventManager,
     Expire,
     IsrChangeNotification,
+    LeaderAndIsrResend,
     LeaderAndIsrResponseReceived,
     LogDirEventNotification,
     PartitionModifications,
@@ -61,6 +62,7 @@ from controller.events import (
     TopicDeletion,
     TopicDeletionStopReplicaResponse,
 )
+from controller.leader_and_isr_retry import LeaderAndIsrRetries
 from controller.log_dir_failure import LogDirFailureHandler
 from controller.partition_state import ElectionStrategy, PartitionState, PartitionStateMachine
 from controller.replica_state import ReplicaState, ReplicaStateMachine
@@ -144,6 +146,7 @@ class KafkaController:
             self._delete_quietly,
             self.record,
         )
+        self.leader_and_isr_retries = LeaderAndIsrRetries()
         self.events = ControllerEventManager(self._process, name=f"controller-{broker_id}-events")
         #: The broker id in /controller as last read (-1: none); on non-controllers too.
         self.active_controller_id = -1
@@ -238,6 +241,7 @@ class KafkaController:
             IsrChangeNotification: self._handle_isr_change_notification,
             LogDirEventNotification: self._handle_log_dir_event_notification,
             LeaderAndIsrResponseReceived: self._handle_leader_and_isr_response,
+            LeaderAndIsrResend: self._handle_leader_and_isr_resend,
             PartitionReassignment: self._handle_partition_reassignment,
             PreferredReplicaElection: self._handle_preferred_replica_election,
             ControlledShutdown: self._handle_controlled_shutdown,
@@ -278,11 +282,36 @@ class KafkaController:
     def _on_log_dir_event_watch(self, event: WatchedEvent) -> None:
         self.events.put(LogDirEventNotification())
 
-    def _on_leader_and_isr_response(self, broker_id: int, response: dict) -> None:
-        """On the loop, from the channel's sender: KIP-112 answers become an event."""
+    def _on_leader_and_isr_response(self, broker_id: int, response: dict, request: dict) -> None:
+        """On the loop, from the channel's sender: KIP-112 answers become an event, and
+        partitions the broker could not apply are sent again after a backoff."""
         log_response_errors(broker_id, response)
-        if self._active and self.log_dir_failure.should_process(broker_id, response):
+        if not self._active:
+            return
+        if self.log_dir_failure.should_process(broker_id, response):
             self.events.put(LeaderAndIsrResponseReceived(broker_id=broker_id, response=response))
+        resend = self.leader_and_isr_retries.on_response(broker_id, response, request)
+        if resend is not None:
+            asyncio.get_running_loop().call_later(
+                resend.delay_s,
+                self.events.put,
+                LeaderAndIsrResend(broker_id=resend.broker_id, partitions=resend.partitions),
+            )
+
+    async def _handle_leader_and_isr_resend(self, event: LeaderAndIsrResend) -> None:
+        ctx = self.context
+        if not self._active or event.broker_id not in ctx.live_brokers:
+            return
+        for tp in event.partitions:
+            leadership = ctx.partition_leadership.get(tp)
+            replicas = ctx.replicas(tp)
+            if (
+                leadership is None
+                or event.broker_id not in replicas
+                or ctx.is_topic_queued_for_deletion(tp.topic)
+            ):
+                continue
+            self.batch.add_leader_and_isr([event.broker_id], tp, leadership, replicas)
 
     def _on_reassign_watch(self, event: WatchedEvent) -> None:
         self.events.put(PartitionReassignment())
@@ -371,6 +400,7 @@ class KafkaController:
             await self.channel.shutdown()
             self.channel = None
         self.context.reset()
+        self.leader_and_isr_retries.reset()
         self._topic_watchers.clear()
         log.info("broker %s resigned as controller (epoch %s)", self.broker_id, self.context.epoch)
         self.record("controller_resigned")

@@ -110,6 +110,14 @@ class LeaderAndIsrResponseReceived(ControllerEvent):
 
 
 @dataclass
+class LeaderAndIsrResend(ControllerEvent):
+    """Partitions a broker could not apply: send it their current leadership again."""
+
+    broker_id: int
+    partitions: list
+
+
+@dataclass
 class PartitionReassignment(ControllerEvent):
     """/admin/reassign_partitions was created or changed."""
 

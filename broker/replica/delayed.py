@@ -6,7 +6,8 @@ offset (success), the ISR is below min.insync.replicas at that point
 (NOT_LEADER_OR_FOLLOWER), or the timeout passes (REQUEST_TIMED_OUT).
 
 DelayedFetch completes when min bytes are available, an error or leadership change hits one
-of its partitions, or max wait passes; it then reads again and answers with what is there.
+of its partitions, the HW moved for a follower, or max wait passes; it then reads again and
+answers with what is there.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class DelayedProduce(DelayedOperation):
 @dataclass
 class FetchPartitionStatus:
     fetch: dict  # the request's partition entry
+    high_watermark: int = -1  # the leader's HW when the fetch was parked
 
 
 class DelayedFetch(DelayedOperation):
@@ -116,6 +118,10 @@ class DelayedFetch(DelayedOperation):
             fetch_offset = status.fetch["fetch_offset"]
             if fetch_offset > end or fetch_offset < log_.log_start_offset:
                 return self.force_complete()  # out of range: answer with the error now
+            if is_follower and log_.high_watermark != status.high_watermark:
+                # SPEC 5.4: the HW moved; a follower learns its new HW from the answer
+                # now, not up to replica.fetch.wait.max.ms later (Kafka's DelayedFetch case H).
+                return self.force_complete()
             if end > fetch_offset:
                 available += _estimate_bytes(log_, fetch_offset, end, status.fetch["partition_max_bytes"])
         if available >= self.body["min_bytes"]:

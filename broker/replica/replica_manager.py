@@ -9,6 +9,7 @@ and wakes the purgatories when the high watermark or leadership moves.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from broker.replica.isr_manager import IsrManager, IsrStore
 from broker.replica.partition import Partition, PartitionState
-from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_LEADER
 from client.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class ReplicaManager:
         #: KIP-112: partitions whose log is on an offline log dir (Kafka's HostedPartition.Offline):
         #: they answer KAFKA_STORAGE_ERROR to everything until the broker restarts.
         self.offline_partitions: set[TopicPartition] = set()
+        self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
         self.topic_overrides: dict[str, dict[str, str]] = {}  # as written in /config/topics/<t>
         self.topic_configs: dict[str, dict[str, Any]] = {}  # the same, parsed and typed
         self.controller_epoch = -1
@@ -128,6 +130,14 @@ class ReplicaManager:
     # -- LeaderAndIsr (seed 000 "LeaderAndIsrRequest响应过程") ---------------------------------------
 
     async def become_leader_or_follower(self, body: dict) -> dict:
+        """Apply a LeaderAndIsr request. Requests are applied one at a time (Kafka's
+        replicaStateChangeLock): epochs are checked before the awaits of log creation and applied
+        after them, so two requests must not interleave. Each partition succeeds or fails on its
+        own, with its error code in the response (the controller resends what failed)."""
+        async with self._state_change_lock:
+            return await self._become_leader_or_follower(body)
+
+    async def _become_leader_or_follower(self, body: dict) -> dict:
         if body["controller_epoch"] < self.controller_epoch:
             self.state_change_log(
                 {
@@ -189,16 +199,40 @@ class ReplicaManager:
         for partition, state in to_lead:
             try:
                 await self._make_leader(partition, state, partition.key in new_replicas)
-            except KafkaStorageError as exc:
-                codes[partition.key]["error_code"] = self._went_offline(partition, exc)
+            except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
         for partition, state in to_follow:
             try:
                 await self._make_follower(
                     partition, state, leaders.get(state.leader), partition.key in new_replicas
                 )
-            except KafkaStorageError as exc:
-                codes[partition.key]["error_code"] = self._went_offline(partition, exc)
+            except Exception as exc:  # noqa: BLE001
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
         return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    def _role_change_failed(self, partition: Partition, state: PartitionState, exc: Exception) -> int:
+        """One partition of a LeaderAndIsr could not be applied: its error code for the response.
+        The role change steps that can fail (a ZooKeeper read of the topic's config, its
+        validation, creating the log) run before the partition's state changes, so the partition
+        keeps its previous epoch and the controller's resend is accepted."""
+        if isinstance(exc, KafkaStorageError):
+            return self._went_offline(partition, exc)
+        code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+        if isinstance(exc, KafkaError):
+            log.error("cannot apply LeaderAndIsr to %s-%s: %s", partition.topic, partition.partition, exc)
+        else:
+            log.exception("cannot apply LeaderAndIsr to %s-%s", partition.topic, partition.partition)
+        self.state_change_log(
+            {
+                "event": "LeaderAndIsrFailed",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader_epoch": state.leader_epoch,
+                "error": ErrorCode(code).name,
+                "reason": str(exc),
+            }
+        )
+        return code
 
     def _went_offline(self, partition: Partition, exc: KafkaStorageError) -> int:
         """A log dir failed while applying LeaderAndIsr to ``partition``: it is offline now."""
@@ -274,7 +308,14 @@ class ReplicaManager:
         if leader is not None and state.leader >= 0:
             self.fetchers.add_partition(partition.key, leader, state.leader_epoch)
 
-    def stop_replicas(self, body: dict) -> dict:
+    async def stop_replicas(self, body: dict) -> dict:
+        """StopReplica, serialised with LeaderAndIsr. Without delete the Partition is kept, with
+        its leader epoch, so a LeaderAndIsr older than the one it knows is still refused; it only
+        stops fetching (and, if it led, stops acting as leader). With delete it goes with its log."""
+        async with self._state_change_lock:
+            return self._stop_replicas(body)
+
+    def _stop_replicas(self, body: dict) -> dict:
         if body["controller_epoch"] < self.controller_epoch:
             return {
                 "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
@@ -298,13 +339,23 @@ class ReplicaManager:
                 continue
             if self.fetchers is not None:
                 self.fetchers.remove_partition(tp)
-            partition = self.partitions.pop(tp, None)
-            self._wake(tp)
             if body["delete_partitions"]:
-                self.log_manager.delete_log(*tp)
+                partition = self.partitions.pop(tp, None)
+                try:
+                    self.log_manager.delete_log(*tp)
+                except KafkaStorageError as exc:
+                    log.error("cannot delete %s-%s: %s", *tp, exc)
+                    self._wake(tp)
+                    results.append({"topic": tp[0], "partition": tp[1], "error_code": exc.code})
+                    continue
                 if not any(t == tp[0] for t, _ in self.partitions):
                     self.topic_configs.pop(tp[0], None)
                     self.topic_overrides.pop(tp[0], None)
+            else:
+                partition = self.partitions.get(tp)
+                if partition is not None and partition.is_leader:
+                    partition.leader_id = NO_LEADER  # stopped: no longer serves as leader, keeps its epoch
+            self._wake(tp)
             self.state_change_log(
                 {
                     "event": "StopReplica",
@@ -406,19 +457,22 @@ class ReplicaManager:
         try:
             partition, log_ = self.leader_log(tp, fetch["current_leader_epoch"])
             is_follower = replica_id != CONSUMER_REPLICA_ID
+            if is_follower and replica_id not in partition.assigned_replicas:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}"
+                )
+            limit = None if is_follower else log_.high_watermark
+            # Read first: a fetch offset outside the log (a diverged follower above our LEO)
+            # raises OFFSET_OUT_OF_RANGE here and must not count as the follower's LEO, nor
+            # move the HW or the ISR (Kafka updates the follower's state only after a good read).
+            data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=limit, min_one_message=True)
             if is_follower:
-                if replica_id not in partition.assigned_replicas:
-                    raise KafkaError(
-                        ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}"
-                    )
                 partition.update_follower_fetch(
                     replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms()
                 )
                 self.maybe_increment_high_watermark(partition, log_)
                 if self.isr_manager is not None:
                     self.isr_manager.maybe_expand_isr(partition, replica_id, log_)
-            limit = None if is_follower else log_.high_watermark
-            data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=limit, min_one_message=True)
             return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
         except KafkaError as exc:
             return ReadResult(exc.code)
@@ -433,7 +487,7 @@ class ReplicaManager:
         if body["max_wait_ms"] <= 0 or not requested or ready_bytes >= body["min_bytes"] or has_error:
             respond(results)
             return
-        statuses = {tp: FetchPartitionStatus(p) for tp, p in requested.items()}
+        statuses = {tp: FetchPartitionStatus(p, results[tp].high_watermark) for tp, p in requested.items()}
         operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
         self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
 
