@@ -121,6 +121,25 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("message.max.bytes", "int", 1048588, low=0),
     Prop("log.cleanup.policy", "str", "delete", choices=("delete",)),
     Prop(
+        "producer.id.expiration.ms",
+        "int",
+        86400000,
+        low=1,
+        high=INT_MAX,
+        doc="How long a partition keeps an idle producer id's state (its epoch and last 5 batches, "
+        "for duplicate detection): a producer whose last batch's max timestamp is this much older "
+        "than the broker's clock is forgotten at the next check, in memory and in the next producer "
+        "snapshot. A retry arriving after that is no longer recognised as a duplicate.",
+    ),
+    Prop(
+        "producer.id.expiration.check.interval.ms",
+        "int",
+        600000,
+        low=1,
+        high=INT_MAX,
+        doc="How often every log is checked for producer ids idle longer than `producer.id.expiration.ms`.",
+    ),
+    Prop(
         "metrics.port",
         "int",
         -1,
@@ -240,6 +259,7 @@ class BrokerConfig:
             index_interval_bytes=merged["index.interval.bytes"],
             max_message_bytes=merged["max.message.bytes"],
             segment_index_bytes=merged["segment.index.bytes"],
+            producer_id_expiration_ms=self["producer.id.expiration.ms"],  # broker-wide, as in Kafka
         )
 
 

@@ -266,6 +266,11 @@ class BrokerServer:
             ),
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
             (
+                "producer-id-expiration",
+                cfg["producer.id.expiration.check.interval.ms"],
+                self.log_manager.remove_expired_producers,
+            ),
+            (
                 "log-flusher",
                 min(cfg["log.flush.scheduler.interval.ms"], 3_600_000),
                 self.log_manager.flush_dirty_logs,

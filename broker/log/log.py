@@ -19,7 +19,9 @@ leader knows the last 5 batches of each producer. As in Kafka, ``<offset>.snapsh
 the state as of an offset: one is written when a segment rolls and one at clean shutdown. On
 open and after a truncation the state is the newest snapshot at or below the log end offset
 plus a replay of the batch headers after it (never a record decode); snapshots above the log
-end offset are deleted, and retention deletes those below the first segment.
+end offset are deleted, and retention deletes those below the first segment. Producers idle for
+``producer.id.expiration.ms`` are dropped after each load and by the log manager's periodic
+:meth:`Log.remove_expired_producers` (Kafka's PeriodicProducerExpirationCheck).
 
 A ``Log`` is safe to call from several threads: one re-entrant lock serialises appends, reads,
 truncation and retention; ``flush`` does its fsyncs outside that lock.
@@ -81,6 +83,8 @@ class LogConfig:
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
     segment_index_bytes: int = 10485760
+    #: broker-wide ``producer.id.expiration.ms`` (no topic override), as Kafka gives every Log
+    producer_id_expiration_ms: int = 86400000
 
     def __post_init__(self) -> None:
         checks = {
@@ -93,6 +97,7 @@ class LogConfig:
             "index_interval_bytes": self.index_interval_bytes >= 0,
             "max_message_bytes": self.max_message_bytes >= 0,
             "segment_index_bytes": self.segment_index_bytes >= 12,
+            "producer_id_expiration_ms": self.producer_id_expiration_ms >= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -771,7 +776,19 @@ class Log:
                 for header in segment.batch_headers(start):
                     state.update(header)
         state.map_end_offset = self._leo
+        state.remove_expired_producers(self._time_ms(), self.config.producer_id_expiration_ms)
         self.producer_state = state
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Drop producers idle for ``producer.id.expiration.ms`` (Kafka's
+        Log.removeExpiredProducers); the next snapshot no longer holds them. Returns how many."""
+        with self._lock:
+            expired = self.producer_state.remove_expired_producers(
+                now_ms, self.config.producer_id_expiration_ms
+            )
+        if expired:
+            log.debug("%s: expired %d idle producer id(s)", self.dir, len(expired))
+        return len(expired)
 
     # ------------------------------------------------------------------ durability and lifecycle
 

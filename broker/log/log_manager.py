@@ -5,7 +5,8 @@ Kafka's LogManager: loads the ``<topic>-<partition>`` directories of each log di
 with the fewest partitions, and keeps three checkpoint files per log dir:
 ``replication-offset-checkpoint`` (high watermarks), ``recovery-point-offset-checkpoint`` and
 ``log-start-offset-checkpoint``. It also runs the retention and time-based flush policies when
-the broker's scheduler calls it, and writes the clean-shutdown marker last on shutdown.
+the broker's scheduler calls it (and producer id expiration, ``producer.id.expiration.ms``), and
+writes the clean-shutdown marker last on shutdown.
 
 JBOD and KIP-112 (docs/design.md "Log dir failure"): ``log.dirs`` may list several dirs. An
 I/O error in one (while loading, appending, flushing, checkpointing, ...) is reported to the
@@ -267,6 +268,19 @@ class LogManager:
                 continue
             with contextlib.suppress(KafkaStorageError):  # its dir went offline: the channel has it
                 total += lg.delete_old_segments()
+        return total
+
+    def remove_expired_producers(self) -> int:
+        """Drop producers idle for ``producer.id.expiration.ms`` from every online log (Kafka's
+        PeriodicProducerExpirationCheck, run every ``producer.id.expiration.check.interval.ms``);
+        returns how many were dropped."""
+        now = self._time_ms()
+        total = 0
+        for lg in self.all_logs().values():
+            if not lg.is_offline:
+                total += lg.remove_expired_producers(now)
+        if total:
+            log.info("expired %d idle producer id(s)", total)
         return total
 
     def flush_dirty_logs(self) -> None:

@@ -29,7 +29,19 @@ already decided), which is how the duplicate window survives a leader change.
 
 Snapshots (:meth:`~ProducerStateManager.to_bytes`) are Kafka's ``<offset>.snapshot`` idea:
 the state of every batch below ``map_end_offset``, so a reload replays only the batches after
-it. Unlike Kafka's, which keep only the last batch per producer, ours keep all 5.
+it. Unlike Kafka's, which keep only the last batch per producer, ours keep all 5. Every
+snapshot version so far (1) stores each producer's last timestamp, so expiration needs no
+format change.
+
+Expiration (Kafka's ``removeExpiredProducers``, ``producer.id.expiration.ms``; docs/operations.md
+"Broker configuration"): each producer keeps the max timestamp of its last batch
+(``last_timestamp``, Kafka's ``lastTimestamp``: the batch's own CreateTime, not the broker's
+clock). :meth:`~ProducerStateManager.remove_expired_producers` drops every producer whose last
+timestamp is ``expiration_ms`` or more before now; the log runs it periodically and after a
+load, so neither memory nor snapshots grow with every producer that ever wrote. The documented
+trade, as in Kafka: a producer silent for longer than that is forgotten, so a late retry of one
+of its batches is no longer recognised as a duplicate (an unknown producer accepts any sequence,
+KIP-360) and is written again; a batch without a timestamp (-1) expires at the next check.
 """
 
 from __future__ import annotations
@@ -113,7 +125,10 @@ class ProducerStateEntry:
         ) == (other.producer_id, other.producer_epoch, other.last_timestamp, list(other.batches))
 
     def __repr__(self) -> str:
-        return f"ProducerStateEntry(id={self.producer_id}, epoch={self.producer_epoch}, batches={list(self.batches)})"
+        return (
+            f"ProducerStateEntry(id={self.producer_id}, epoch={self.producer_epoch}, "
+            f"last_timestamp={self.last_timestamp}, batches={list(self.batches)})"
+        )
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -208,6 +223,19 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         self.map_end_offset = header.base_offset + header.last_offset_delta + 1
+
+    # -- expiration ----------------------------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget every producer whose last batch's max timestamp is ``expiration_ms`` or more
+        before ``now_ms`` (Kafka's isProducerExpired; there are no transactions to keep one
+        alive). Returns the ids removed, in no particular order."""
+        expired = [
+            pid for pid, entry in self.producers.items() if now_ms - entry.last_timestamp >= expiration_ms
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
 
     def clear(self, map_end_offset: int) -> None:
         self.producers.clear()
