@@ -1,0 +1,281 @@
+"""Applying the controller's LeaderAndIsr and StopReplica requests (seed 000
+"LeaderAndIsrRequest响应过程"; Kafka's ReplicaManager.becomeLeaderOrFollower, makeLeaders,
+makeFollowers, stopReplicas and handleLogDirFailure; docs/design.md "Broker").
+
+* Requests are applied one at a time (Kafka's ``replicaStateChangeLock``): epochs are checked
+  before the awaits of log creation and applied after them, so two requests must not
+  interleave (issue 9 finding 6).
+* Each partition succeeds or fails on its own, with its error code in the response; the steps
+  that can fail run before the partition's state changes, so the controller's resend of a
+  failed partition is accepted (finding 2, :mod:`controller.leader_and_isr_retry`).
+* StopReplica without delete keeps the Partition and its leader epoch, so an older
+  LeaderAndIsr is still refused; with delete the partition goes with its log.
+* KIP-112: partitions on an offline log dir answer KAFKA_STORAGE_ERROR to everything
+  (``ReplicaManager.offline_partitions``) until the broker restarts.
+
+The state itself (partitions, logs, purgatories, fetchers) belongs to the
+:class:`~broker.replica.replica_manager.ReplicaManager`, which delegates here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from broker.config import validate_topic_configs
+from broker.log import Log
+from broker.log.log_dir_failure import KafkaStorageError
+from broker.replica.partition import Partition, PartitionState
+from client.protocol.api import NO_LEADER
+from client.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.replica.replica_manager import ReplicaManager, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class LeaderAndIsrHandler:
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.rm = replica_manager
+        self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
+
+    async def become_leader_or_follower(self, body: dict) -> dict:
+        """Apply a LeaderAndIsr request. Requests are applied one at a time (Kafka's
+        replicaStateChangeLock): epochs are checked before the awaits of log creation and applied
+        after them, so two requests must not interleave. Each partition succeeds or fails on its
+        own, with its error code in the response (the controller resends what failed)."""
+        async with self._state_change_lock:
+            return await self._become_leader_or_follower(body)
+
+    async def _become_leader_or_follower(self, body: dict) -> dict:
+        if body["controller_epoch"] < self.rm.controller_epoch:
+            self.rm.state_change_log(
+                {
+                    "event": "LeaderAndIsrRejected",
+                    "reason": "stale controller epoch",
+                    "controller_epoch": body["controller_epoch"],
+                }
+            )
+            return {
+                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                "partitions": [
+                    {
+                        "topic": s["topic"],
+                        "partition": s["partition"],
+                        "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                    }
+                    for s in body["partition_states"]
+                ],
+            }
+        self.rm.controller_epoch = body["controller_epoch"]
+        leaders = {b["id"]: b for b in body["live_leaders"]}
+        results = []
+        to_lead: list[tuple[Partition, PartitionState]] = []
+        to_follow: list[tuple[Partition, PartitionState]] = []
+        new_replicas = {(e["topic"], e["partition"]) for e in body["partition_states"] if e.get("is_new")}
+        for entry in body["partition_states"]:
+            tp = (entry["topic"], entry["partition"])
+            state = PartitionState.from_request(entry)
+            partition = self.rm.partitions.get(tp) or Partition(tp[0], tp[1], self.rm.broker_id)
+            error = ErrorCode.NONE
+            if tp in self.rm.offline_partitions:
+                error = ErrorCode.KAFKA_STORAGE_ERROR  # KIP-112: the controller takes this replica offline
+            elif not partition.is_newer(state):
+                error = ErrorCode.FENCED_LEADER_EPOCH  # seed 000 step 2.2: StaleLeaderEpochCode
+            elif self.rm.broker_id not in state.replicas:
+                log.warning(
+                    "LeaderAndIsr for %s-%s does not list broker %s as a replica", *tp, self.rm.broker_id
+                )
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                self.rm.partitions[tp] = partition
+                (to_lead if state.leader == self.rm.broker_id else to_follow).append((partition, state))
+            self.rm.state_change_log(
+                {
+                    "event": "LeaderAndIsrReceived",
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "controller_id": body["controller_id"],
+                    "controller_epoch": body["controller_epoch"],
+                    "leader": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "isr": list(state.isr),
+                    "replicas": list(state.replicas),
+                    "error": ErrorCode(error).name,
+                }
+            )
+            results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
+        codes = {(r["topic"], r["partition"]): r for r in results}
+        for partition, state in to_lead:
+            try:
+                await self._make_leader(partition, state, partition.key in new_replicas)
+            except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+        for partition, state in to_follow:
+            try:
+                await self._make_follower(
+                    partition, state, leaders.get(state.leader), partition.key in new_replicas
+                )
+            except Exception as exc:  # noqa: BLE001
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+        return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    def _role_change_failed(self, partition: Partition, state: PartitionState, exc: Exception) -> int:
+        """One partition of a LeaderAndIsr could not be applied: its error code for the response.
+        The role change steps that can fail (a ZooKeeper read of the topic's config, its
+        validation, creating the log) run before the partition's state changes, so the partition
+        keeps its previous epoch and the controller's resend is accepted."""
+        if isinstance(exc, KafkaStorageError):
+            return self._went_offline(partition, exc)
+        code = exc.code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+        if isinstance(exc, KafkaError):
+            log.error("cannot apply LeaderAndIsr to %s-%s: %s", partition.topic, partition.partition, exc)
+        else:
+            log.exception("cannot apply LeaderAndIsr to %s-%s", partition.topic, partition.partition)
+        self.rm.state_change_log(
+            {
+                "event": "LeaderAndIsrFailed",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader_epoch": state.leader_epoch,
+                "error": ErrorCode(code).name,
+                "reason": str(exc),
+            }
+        )
+        return code
+
+    def _went_offline(self, partition: Partition, exc: KafkaStorageError) -> int:
+        """A log dir failed while applying LeaderAndIsr to ``partition``: it is offline now."""
+        log.error("cannot apply LeaderAndIsr to %s-%s: %s", partition.topic, partition.partition, exc)
+        self.handle_log_dir_failure([partition.key])
+        return ErrorCode.KAFKA_STORAGE_ERROR
+
+    # -- KIP-112 (Kafka's ReplicaManager.handleLogDirFailure) -------------------------------------
+
+    def handle_log_dir_failure(self, partitions: list[TopicPartition]) -> None:
+        """Stop serving ``partitions`` (their log dir is offline): no fetcher, no leadership,
+        KAFKA_STORAGE_ERROR to every request; parked produce and fetch requests complete now."""
+        for tp in partitions:
+            if self.rm.fetchers is not None:
+                self.rm.fetchers.remove_partition(tp)
+            self.rm.partitions.pop(tp, None)
+            self.rm.offline_partitions.add(tp)
+            self.rm.state_change_log(
+                {"event": "ReplicaOffline", "topic": tp[0], "partition": tp[1], "reason": "log dir offline"}
+            )
+        for tp in partitions:
+            self.rm.wake(tp)
+
+    async def _log_for(self, topic: str, partition: int, is_new: bool = True) -> Log:
+        if topic not in self.rm.topic_overrides:
+            overrides = await self.rm.topic_config_source(topic)
+            self.rm.topic_configs[topic] = validate_topic_configs(overrides)
+            self.rm.topic_overrides[topic] = overrides
+        return self.rm.log_manager.get_or_create_log(
+            topic, partition, self.rm.config.log_config(self.rm.topic_overrides[topic]), is_new=is_new
+        )
+
+    async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition, is_new)
+        if self.rm.fetchers is not None:
+            self.rm.fetchers.remove_partition(partition.key)
+        partition.make_leader(state, log_.log_end_offset, self.rm.time_ms())
+        # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
+        log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
+        self.rm.state_change_log(
+            {
+                "event": "BecameLeader",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader_epoch": state.leader_epoch,
+                "log_end_offset": log_.log_end_offset,
+                "high_watermark": log_.high_watermark,
+            }
+        )
+        self.rm.maybe_increment_high_watermark(partition, log_)
+        self.rm.wake(partition.key)
+
+    async def _make_follower(
+        self, partition: Partition, state: PartitionState, leader: dict | None, is_new: bool
+    ) -> None:
+        log_ = await self._log_for(partition.topic, partition.partition, is_new)
+        partition.make_follower(state)
+        self.rm.state_change_log(
+            {
+                "event": "BecameFollower",
+                "topic": partition.topic,
+                "partition": partition.partition,
+                "leader": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "log_end_offset": log_.log_end_offset,
+                "high_watermark": log_.high_watermark,
+            }
+        )
+        self.rm.wake(partition.key)  # parked produce requests learn they are no longer on the leader
+        if self.rm.fetchers is None:
+            return
+        self.rm.fetchers.remove_partition(partition.key)
+        if leader is not None and state.leader >= 0:
+            self.rm.fetchers.add_partition(partition.key, leader, state.leader_epoch)
+
+    async def stop_replicas(self, body: dict) -> dict:
+        """StopReplica, serialised with LeaderAndIsr. Without delete the Partition is kept, with
+        its leader epoch, so a LeaderAndIsr older than the one it knows is still refused; it only
+        stops fetching (and, if it led, stops acting as leader). With delete it goes with its log."""
+        async with self._state_change_lock:
+            return self._stop_replicas(body)
+
+    def _stop_replicas(self, body: dict) -> dict:
+        if body["controller_epoch"] < self.rm.controller_epoch:
+            return {
+                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                "partitions": [
+                    dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]
+                ],
+            }
+        self.rm.controller_epoch = body["controller_epoch"]
+        results = []
+        for entry in body["partitions"]:
+            tp = (entry["topic"], entry["partition"])
+            if tp in self.rm.offline_partitions:
+                # Its files are on an offline dir: nothing to stop, and nothing can be deleted
+                # until the broker restarts (then the controller resends StopReplica).
+                if body["delete_partitions"]:
+                    results.append(
+                        {"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.KAFKA_STORAGE_ERROR}
+                    )
+                    continue
+                results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
+                continue
+            if self.rm.fetchers is not None:
+                self.rm.fetchers.remove_partition(tp)
+            if body["delete_partitions"]:
+                partition = self.rm.partitions.pop(tp, None)
+                try:
+                    self.rm.log_manager.delete_log(*tp)
+                except KafkaStorageError as exc:
+                    log.error("cannot delete %s-%s: %s", *tp, exc)
+                    self.rm.wake(tp)
+                    results.append({"topic": tp[0], "partition": tp[1], "error_code": exc.code})
+                    continue
+                if not any(t == tp[0] for t, _ in self.rm.partitions):
+                    self.rm.topic_configs.pop(tp[0], None)
+                    self.rm.topic_overrides.pop(tp[0], None)
+            else:
+                partition = self.rm.partitions.get(tp)
+                if partition is not None and partition.is_leader:
+                    partition.leader_id = NO_LEADER  # stopped: no longer serves as leader, keeps its epoch
+            self.rm.wake(tp)
+            self.rm.state_change_log(
+                {
+                    "event": "StopReplica",
+                    "topic": tp[0],
+                    "partition": tp[1],
+                    "delete": body["delete_partitions"],
+                    "was_hosted": partition is not None,
+                }
+            )
+            results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
+        return {"error_code": ErrorCode.NONE, "partitions": results}
