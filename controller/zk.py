@@ -721,28 +721,40 @@ async def update_leader_and_isr(
 ) -> LeaderAndIsr | None:
     """The partition leader's ISR change (SPEC 5.4, Kafka's ReplicationUtils.updateLeaderAndIsr):
     write the state znode conditional on ``leader_and_isr.zk_version``. Returns the written state
-    with its new zkVersion, or None when the znode moved on (BADVERSION): the caller must keep its
-    in-memory ISR unchanged and wait for the controller's LeaderAndIsr."""
+    with its new zkVersion, or None when the znode moved on (BADVERSION) or is gone: the caller
+    must keep its in-memory ISR unchanged and wait for the controller's LeaderAndIsr.
+
+    On BADVERSION the znode is read (Kafka's checkLeaderAndIsrZkData): when it holds exactly this
+    state, the write is ours, one that landed although its answer was lost and is now re-sent,
+    and it counts as written with the znode's version. Any other state, even from the same
+    leader epoch, is someone else's and the write failed. ConnectionLoss and other ZooKeeper
+    errors are raised: the outcome is unknown, and the caller re-sends the identical write."""
     path = partition_state_path(tp.topic, tp.partition)
     data = encode_partition_state(LeaderIsrAndControllerEpoch(leader_and_isr, controller_epoch))
     try:
         stat = await zk.set(path, data, leader_and_isr.zk_version)
     except BadVersionError:
-        # A retried write that had in fact succeeded leaves the same data one version on.
         current = await get_partition_state(zk, tp)
-        if current is not None:
-            lai = current.leader_and_isr
-            if (
-                current.controller_epoch == controller_epoch
-                and (lai.leader, lai.leader_epoch, lai.isr)
-                == (leader_and_isr.leader, leader_and_isr.leader_epoch, leader_and_isr.isr)
-                and lai.zk_version == leader_and_isr.zk_version + 1
-            ):
-                return lai
+        if current is not None and holds_leader_and_isr(current, leader_and_isr, controller_epoch):
+            return current.leader_and_isr
         return None
     except NoNodeError:
         return None
     return leader_and_isr.with_zk_version(stat.version)
+
+
+def holds_leader_and_isr(
+    current: LeaderIsrAndControllerEpoch, written: LeaderAndIsr, controller_epoch: int
+) -> bool:
+    """Whether the state znode holds what a leader wrote: the same leader, leader epoch, ISR (in
+    order) and controller epoch, whatever its zkVersion (Kafka's checkLeaderAndIsrZkData)."""
+    held, epoch = current.leader_and_isr, current.controller_epoch
+    return (held.leader, held.leader_epoch, held.isr, epoch) == (
+        written.leader,
+        written.leader_epoch,
+        written.isr,
+        controller_epoch,
+    )
 
 
 async def propagate_isr_change(zk: ZkBridge, partitions: Iterable[TopicPartition]) -> str:

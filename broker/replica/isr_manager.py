@@ -17,6 +17,17 @@ The decisions (who is out of sync, who may rejoin, what the new ISR is) come fro
   deposed leader, or one cut off from ZooKeeper, can never shrink the ISR to itself. There is
   no client-side timeout on the write: a write abandoned by us could still land, and the leader
   would then disagree with ZooKeeper; kazoo completes or fails every request itself.
+* **A write's outcome unknown** (KAFKA-2729; Kafka's KafkaZkClient.retryRequestUntilConnected
+  and ReplicationUtils.checkLeaderAndIsrZkData): ConnectionLoss or another ZooKeeper error after
+  the request was sent may hide a write that landed. The leader then re-sends the *same*
+  conditional write (ZooKeeper orders it after the first, and at most one of the two can match
+  the version, so once it is answered the first one's fate is known); BADVERSION then means
+  "read the znode": if it holds exactly what we wrote (leader, leader epoch, ISR, controller
+  epoch) the write is ours and is adopted with the znode's zkVersion, otherwise another writer
+  moved the znode on and, as in Kafka, the ISR stays as it was until the controller's
+  LeaderAndIsr. While ZooKeeper stays unreachable the change stays pending
+  (:meth:`Partition.defer_isr_update`): the HW keeps counting its replicas (KIP-497's maximal
+  ISR), no other ISR change is proposed, and each isr-expiration tick tries to settle it again.
 * After a change the replica manager re-evaluates the HW and wakes the purgatories (parked
   acks=all requests may now succeed or fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND).
 * **Propagation** ("isr-change-propagation", every 2.5 s): changed partitions are announced in
@@ -35,7 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker.replica.partition import IsrChange, IsrChangeKind, Partition
 from controller import zk as zkpaths
-from controller.zk import LeaderAndIsr, TopicPartition
+from controller.zk import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition
 
 if TYPE_CHECKING:
     from broker.log import Log
@@ -46,6 +57,8 @@ log = logging.getLogger(__name__)
 ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2_500  # how often the propagation check runs
 ISR_CHANGE_PROPAGATION_BLACKOUT_MS = 5_000  # announce once no change came for this long ...
 ISR_CHANGE_PROPAGATION_MAX_DELAY_MS = 60_000  # ... or this long after the previous announcement
+ISR_WRITE_SETTLE_ATTEMPTS = 3  # re-sends of a write whose outcome is unknown, per settling
+ISR_WRITE_SETTLE_BACKOFF_S = 0.05  # before the second re-send; doubled for each further one
 
 
 class IsrStore(Protocol):
@@ -54,6 +67,8 @@ class IsrStore(Protocol):
     async def update_leader_and_isr(
         self, tp: TopicPartition, leader_and_isr: LeaderAndIsr, controller_epoch: int
     ) -> LeaderAndIsr | None: ...
+
+    async def get_partition_state(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None: ...
 
     async def propagate_isr_change(self, partitions: list[TopicPartition]) -> None: ...
 
@@ -69,8 +84,21 @@ class ZkIsrStore:
     ) -> LeaderAndIsr | None:
         return await zkpaths.update_leader_and_isr(self.zk, tp, leader_and_isr, controller_epoch)
 
+    async def get_partition_state(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
+        return await zkpaths.get_partition_state(self.zk, tp)
+
     async def propagate_isr_change(self, partitions: list[TopicPartition]) -> None:
         await zkpaths.propagate_isr_change(self.zk, partitions)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """How an ISR write ended: ``written`` is the znode's state when it holds our change;
+    ``known`` is False when ZooKeeper could not tell (the change stays pending)."""
+
+    written: LeaderAndIsr | None
+    known: bool
+    text: str
 
 
 @dataclass
@@ -114,6 +142,8 @@ class IsrManager:
         time_ms: Callable[[], int],
         state_change_log: Callable[[dict], None],
         on_isr_changed: Callable[[Partition], None],
+        settle_attempts: int = ISR_WRITE_SETTLE_ATTEMPTS,
+        settle_backoff_s: float = ISR_WRITE_SETTLE_BACKOFF_S,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
@@ -121,6 +151,8 @@ class IsrManager:
         self.time_ms = time_ms
         self.state_change_log = state_change_log
         self.on_isr_changed = on_isr_changed
+        self.settle_attempts = settle_attempts
+        self.settle_backoff_s = settle_backoff_s
         self.changes = IsrChangeTracker(last_propagation_ms=time_ms())
         self.isr_shrinks = 0  # SPEC 9's IsrShrinks / IsrExpands
         self.isr_expands = 0
@@ -130,10 +162,16 @@ class IsrManager:
     # -- decisions in, writes out -----------------------------------------------------------------
     def maybe_shrink_isr(self, leaders: Iterable[tuple[Partition, Log]]) -> int:
         """isr-expiration: start a conditional write for every led partition with out-of-sync
-        followers. Returns how many writes were started."""
+        followers, or settle again a pending change whose outcome is unknown. Returns how many
+        writes were started."""
         started = 0
         now = self.time_ms()
         for partition, log_ in leaders:
+            pending = partition.pending_isr_change
+            if pending is not None and partition.resume_isr_update(pending):
+                self._start(partition, pending, settling=True)
+                started += 1
+                continue
             change = partition.shrink_isr_decision(now, self.replica_lag_time_max_ms, log_.log_end_offset)
             if change is not None:
                 self._submit(partition, change, log_)
@@ -169,41 +207,38 @@ class IsrManager:
         else:
             log.info("%s Expanding ISR from %s to %s", prefix, isr_from, isr_to)
         partition.begin_isr_update(change)
+        self._start(partition, change, settling=False)
+
+    def _start(self, partition: Partition, change: IsrChange, settling: bool) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._write(partition, change, partition.controller_epoch),
-            name=f"isr-{change.kind.value}-{prefix}",
+            self._write(partition, change, settling),
+            name=f"isr-{change.kind.value}-{partition.topic}-{partition.partition}",
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write(self, partition: Partition, change: IsrChange, controller_epoch: int) -> bool:
+    async def _write(self, partition: Partition, change: IsrChange, settling: bool = False) -> bool:
         tp = TopicPartition(partition.topic, partition.partition)
         proposed = LeaderAndIsr(change.leader, change.leader_epoch, change.new_isr, change.zk_version)
-        outcome = "written"
-        written: LeaderAndIsr | None = None
         try:
-            written = await self.store.update_leader_and_isr(tp, proposed, controller_epoch)
+            if settling:
+                outcome = await self._settle(partition, tp, change, proposed, "an unknown outcome")
+            else:
+                outcome = await self._write_once(partition, tp, change, proposed)
         except asyncio.CancelledError:
             partition.complete_isr_update(change, None)
             raise
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable or session lost: keep the ISR
-            outcome = f"failed: {type(exc).__name__} {exc}"
-            log.warning(
-                "[Partition %s broker=%d] ISR update failed, ISR unchanged: %s", tp, self.broker_id, exc
-            )
-        if written is None and outcome == "written":
-            outcome = "rejected: zkVersion mismatch"
-            log.info(
-                "[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper, skip updating ISR",
-                tp,
-                self.broker_id,
-                change.zk_version,
-            )
-        applied = partition.complete_isr_update(change, None if written is None else written.zk_version)
+        written = outcome.written
+        if not outcome.known:
+            partition.defer_isr_update(change)
+            applied = False
+        else:
+            applied = partition.complete_isr_update(change, None if written is None else written.zk_version)
+        text = outcome.text
         if written is not None:
             self.changes.record(tp, self.time_ms())  # the znode changed: announce it either way
             if not applied:
-                outcome = "superseded: a newer LeaderAndIsr arrived meanwhile"
+                text = "superseded: a newer LeaderAndIsr arrived meanwhile"
         if applied:
             if change.kind is IsrChangeKind.SHRINK:
                 self.isr_shrinks += 1
@@ -222,12 +257,85 @@ class IsrManager:
                 "replicas": list(change.replicas),
                 "zk_version": change.zk_version,
                 "new_zk_version": None if written is None else written.zk_version,
-                "outcome": outcome,
+                "outcome": text,
             }
         )
-        if applied:
+        # The maximal ISR changed when the ISR did, or when a joiner is no longer pending: the HW
+        # may move and parked requests may complete.
+        if applied or (outcome.known and change.kind is IsrChangeKind.EXPAND):
             self.on_isr_changed(partition)
         return applied
+
+    async def _write_once(
+        self, partition: Partition, tp: TopicPartition, change: IsrChange, proposed: LeaderAndIsr
+    ) -> WriteOutcome:
+        try:
+            written = await self.store.update_leader_and_isr(tp, proposed, change.controller_epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the write may or may not have landed: settle it
+            log.warning(
+                "[Partition %s broker=%d] ISR update to %s ended with %s %s: outcome unknown, settling it",
+                tp,
+                self.broker_id,
+                _ids(change.new_isr),
+                type(exc).__name__,
+                exc,
+            )
+            return await self._settle(partition, tp, change, proposed, type(exc).__name__)
+        if written is None:
+            log.info(
+                "[Partition %s broker=%d] Cached zkVersion %d not equal to that in zookeeper, skip updating ISR",
+                tp,
+                self.broker_id,
+                change.zk_version,
+            )
+            return WriteOutcome(None, True, "rejected: zkVersion mismatch")
+        return WriteOutcome(written, True, "written")
+
+    async def _settle(
+        self, partition: Partition, tp: TopicPartition, change: IsrChange, proposed: LeaderAndIsr, cause: str
+    ) -> WriteOutcome:
+        """Find out whether ``change`` landed: re-send the identical conditional write (it cannot
+        land twice), and on BADVERSION compare the znode with what we wrote (Kafka's
+        checkLeaderAndIsrZkData). Gives up, outcome unknown, after ``settle_attempts``."""
+        error: str = cause
+        for attempt in range(self.settle_attempts):
+            if attempt:
+                await asyncio.sleep(self.settle_backoff_s * 2 ** (attempt - 1))
+            if partition.pending_isr_change != change:  # a LeaderAndIsr superseded it meanwhile
+                return WriteOutcome(None, True, f"superseded while settling after {cause}")
+            try:
+                written = await self.store.update_leader_and_isr(tp, proposed, change.controller_epoch)
+                current = None if written is not None else await self.store.get_partition_state(tp)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - still no answer from ZooKeeper
+                error = f"{type(exc).__name__} {exc}".strip()
+                continue
+            if written is not None:
+                return WriteOutcome(written, True, f"written: settled after {cause}")
+            if current is not None and zkpaths.holds_leader_and_isr(
+                current, proposed, change.controller_epoch
+            ):
+                return WriteOutcome(current.leader_and_isr, True, f"written: landed before {cause}, adopted")
+            log.info(
+                "[Partition %s broker=%d] after %s the state znode holds %s, not our ISR %s: ISR unchanged",
+                tp,
+                self.broker_id,
+                cause,
+                None if current is None else current.leader_and_isr,
+                _ids(change.new_isr),
+            )
+            return WriteOutcome(None, True, f"rejected: the znode moved on (settled after {cause})")
+        log.warning(
+            "[Partition %s broker=%d] ISR update to %s: outcome still unknown (%s); kept pending",
+            tp,
+            self.broker_id,
+            _ids(change.new_isr),
+            error,
+        )
+        return WriteOutcome(None, False, f"unknown: {error}; kept pending")
 
     # -- propagation --------------------------------------------------------------------------------
     async def maybe_propagate_isr_changes(self) -> list[TopicPartition]:

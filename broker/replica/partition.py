@@ -16,6 +16,13 @@ That keeps the rules of seed 001 testable step by step:
   The decision is an :class:`IsrChange`; the caller writes it to ZooKeeper conditionally on
   the state znode's zkVersion and applies it here only when that write succeeded
   (:meth:`Partition.complete_isr_update`), so a deposed leader never shrinks the ISR to itself.
+* While a change is pending (written, or its outcome unknown) ZooKeeper may already hold it, so
+  the HW is computed over the *maximal ISR* (Kafka's KIP-497 ``IsrState.maximalIsr``): the ISR
+  plus a follower being added; a follower being removed still counts, since the ISR keeps it
+  until the write returns. The HW thus never passes a replica ZooKeeper may list in the ISR.
+  A pending change ends when the write's outcome is known or a LeaderAndIsr supersedes it; a
+  write whose outcome stays unknown (:meth:`Partition.defer_isr_update`) keeps it pending and
+  blocks other ISR changes until it is settled (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -98,6 +105,12 @@ class IsrChange:
     leader: int
     leader_epoch: int
     zk_version: int
+    controller_epoch: int = -1  # written with the change, as in the state znode
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """Every replica ZooKeeper may list in the ISR once this change is written or not."""
+        return frozenset(self.old_isr) | frozenset(self.new_isr)
 
 
 @dataclass
@@ -113,7 +126,10 @@ class Partition:
     isr: frozenset[int] = frozenset()
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote_replicas: dict[int, RemoteReplica] = field(default_factory=dict)
-    isr_update_in_flight: bool = False  # one conditional ISR write at a time per partition
+    isr_update_in_flight: bool = False  # one conditional ISR write (or settling of one) at a time
+    #: The ISR change proposed and not yet known to be applied or rejected (Kafka's
+    #: PendingExpandIsr / PendingShrinkIsr): while set, the HW counts its replicas too.
+    pending_isr_change: IsrChange | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -122,6 +138,18 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_broker_id
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The ISR plus the replicas of a pending change (KIP-497): the HW is computed over these."""
+        if self.pending_isr_change is None:
+            return self.isr
+        return self.isr | self.pending_isr_change.maximal_isr
+
+    @property
+    def isr_update_unsettled(self) -> bool:
+        """A change's write ended with its outcome unknown and must be settled again."""
+        return self.pending_isr_change is not None and not self.isr_update_in_flight
 
     # -- role changes (seed 000 "LeaderAndIsrRequest响应过程", makeLeaders / makeFollowers) ---------
 
@@ -156,6 +184,7 @@ class Partition:
         self.isr = frozenset(state.isr)
         self.zk_version = state.zk_version
         self.assigned_replicas = state.replicas
+        self.pending_isr_change = None  # the controller's word is newer than any write of ours
 
     # -- leader side: follower fetches and the high watermark (seed 001) ----------------------
 
@@ -176,11 +205,12 @@ class Partition:
         now_ms: int,
         replica_lag_time_max_ms: int,
     ) -> int:
-        """The new leader HW: min LEO over the leader and replicas in the ISR or caught up within
-        the lag time; never below the current HW (the HW only moves forward)."""
+        """The new leader HW: min LEO over the leader and replicas in the maximal ISR or caught up
+        within the lag time; never below the current HW (the HW only moves forward)."""
         candidate = leader_log_end_offset
+        maximal_isr = self.maximal_isr
         for replica in self.remote_replicas.values():
-            counts = replica.broker_id in self.isr or (
+            counts = replica.broker_id in maximal_isr or (
                 now_ms - replica.last_caught_up_time_ms <= replica_lag_time_max_ms
             )
             if counts:
@@ -229,8 +259,8 @@ class Partition:
         self, now_ms: int, replica_lag_time_max_ms: int, leader_log_end_offset: int
     ) -> IsrChange | None:
         """The ISR without its out-of-sync followers, or None when nothing changes, this broker
-        is not the leader, or an ISR write is already in flight. The leader is never dropped."""
-        if not self.is_leader or self.isr_update_in_flight:
+        is not the leader, or an ISR change is pending. The leader is never dropped."""
+        if not self.is_leader or self.isr_update_in_flight or self.pending_isr_change is not None:
             return None
         stale = self.out_of_sync_replicas(now_ms, replica_lag_time_max_ms, leader_log_end_offset)
         stale.discard(self.local_broker_id)
@@ -243,6 +273,7 @@ class Partition:
         if (
             not self.is_leader
             or self.isr_update_in_flight
+            or self.pending_isr_change is not None
             or not self.can_join_isr(replica_id, high_watermark)
         ):
             return None
@@ -257,30 +288,51 @@ class Partition:
             leader=self.local_broker_id,
             leader_epoch=self.leader_epoch,
             zk_version=self.zk_version,
+            controller_epoch=self.controller_epoch,
         )
 
     def begin_isr_update(self, change: IsrChange) -> None:
-        """Mark the conditional write of ``change`` as in flight (no second one meanwhile)."""
+        """Mark the conditional write of ``change`` as in flight (no second one meanwhile) and
+        pending: from now on ZooKeeper may hold it, so the HW counts its replicas."""
         self.isr_update_in_flight = True
+        self.pending_isr_change = change
+
+    def resume_isr_update(self, change: IsrChange) -> bool:
+        """Start settling again the pending ``change`` whose outcome is unknown; False when it is
+        no longer pending (settled, or superseded by a LeaderAndIsr)."""
+        if not self.isr_update_unsettled or self.pending_isr_change != change or self._moved_on(change):
+            return False
+        self.isr_update_in_flight = True
+        return True
 
     def complete_isr_update(self, change: IsrChange, written_zk_version: int | None) -> bool:
         """Apply a finished ISR write. ``written_zk_version`` is the state znode's new version, or
-        None when the conditional write failed (BADVERSION, no znode, no ZooKeeper): then the
-        in-memory ISR stays as it was. A result is also dropped when a LeaderAndIsr moved the
-        partition on meanwhile (another epoch or zkVersion, or no longer leader): the
-        controller's word is newer. Returns True when the ISR changed here."""
+        None when the conditional write failed (BADVERSION, no znode): then the in-memory ISR
+        stays as it was. A result is also dropped when a LeaderAndIsr moved the partition on
+        meanwhile (another epoch or zkVersion, or no longer leader): the controller's word is
+        newer. Either way the change is no longer pending. Returns True when the ISR changed."""
         self.isr_update_in_flight = False
-        if written_zk_version is None:
-            return False
-        if (
-            not self.is_leader
-            or self.leader_epoch != change.leader_epoch
-            or self.zk_version != change.zk_version
-        ):
+        if self.pending_isr_change == change:
+            self.pending_isr_change = None
+        if written_zk_version is None or self._moved_on(change):
             return False
         self.isr = frozenset(change.new_isr)
         self.zk_version = written_zk_version
         return True
+
+    def defer_isr_update(self, change: IsrChange) -> None:
+        """The write of ``change`` ended with its outcome unknown (ZooKeeper unreachable after it
+        may have landed): it stays pending, so its replicas keep counting in the HW and no other
+        ISR change is proposed, until it is settled (:meth:`resume_isr_update`) or a LeaderAndIsr
+        supersedes it."""
+        self.isr_update_in_flight = False
+
+    def _moved_on(self, change: IsrChange) -> bool:
+        return (
+            not self.is_leader
+            or self.leader_epoch != change.leader_epoch
+            or self.zk_version != change.zk_version
+        )
 
 
 def follower_high_watermark(local_log_end_offset: int, leader_high_watermark: int) -> int:
