@@ -169,8 +169,9 @@ class ReplicaManager:
             await self.isr_manager.maybe_propagate_isr_changes()
 
     def _on_isr_changed(self, partition: Partition) -> None:
-        """After an applied ISR change: the HW may move (seed 001: it is re-evaluated on ISR
-        shrink), and parked acks=all requests may complete or fail below min.insync.replicas."""
+        """After the ISR or the maximal ISR changed (an expand settled either way): the HW may
+        move (seed 001: it is re-evaluated on ISR shrink), and parked acks=all requests may
+        complete or fail below min.insync.replicas."""
         log_ = self.get_log(partition.key)
         if log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader:
             self.maybe_increment_high_watermark(partition, log_)
