@@ -1,11 +1,20 @@
 """Replica fetchers: followers pull from leaders (SPEC 5.4; seed 000 follower FETCH; seeds 001, 002).
 
-One :class:`ReplicaFetcher` per source broker fetches every partition this broker follows
-from that leader in a single FETCH (replica id, fetch offset = our LEO, current leader
-epoch, max bytes, long-poll wait). Before a partition's first fetch from a new leader it
-is truncated: by the leader-epoch exchange (OffsetsForLeaderEpoch, repeated per KIP-279) or,
-under the unsafe ``high-watermark`` policy, to the local HW. LeaderAndIsr adds and removes
-partitions through :class:`ReplicaFetcherManager`.
+One :class:`ReplicaFetcher` per source broker (Kafka's ReplicaFetcherThread over
+AbstractFetcherThread) fetches every partition this broker follows from that leader in a single
+FETCH (replica id, fetch offset = our LEO, current leader epoch, max bytes, long-poll wait).
+Before a partition's first fetch from a new leader it is truncated: by the leader-epoch exchange
+(OffsetsForLeaderEpoch, repeated per KIP-279) or, under the unsafe ``high-watermark`` policy, to
+the local HW. As in Kafka's ``doWork`` (``maybeTruncate`` then ``maybeFetch``), each round sends
+one OffsetsForLeaderEpoch for the partitions still truncating and one FETCH for the others: a
+partition's truncation never holds up another's fetching, and a partition that got an error is
+left out until ``replica.fetch.backoff.ms`` has passed (Kafka's PartitionFetchState delay).
+
+Every answer is applied only to the fetch state it was asked for (Kafka compares the current
+leader epoch, under ``partitionMapLock``): a LeaderAndIsr that arrives while a request is in
+flight replaces the partition's :class:`FetchState`, and the old answer is dropped. LeaderAndIsr
+adds and removes partitions through :class:`ReplicaFetcherManager` (Kafka's
+AbstractFetcherManager), which keeps one fetcher per leader and endpoint.
 """
 
 from __future__ import annotations
@@ -13,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 from broker.replica.truncation import (
     TruncationPolicy,
@@ -26,22 +36,51 @@ from client.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from broker.log import Log
     from broker.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+class LeaderConnection(Protocol):
+    """What a fetcher needs of its connection to the leader (a :class:`BrokerConnection`)."""
+
+    @property
+    def is_open(self) -> bool: ...
+
+    async def request(self, api_key: ApiKey, body: dict, timeout: float = 30.0) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+#: Opens a connection to ``(host, port)`` with ``client_id``; tests pass an in-process network.
+ConnectionFactory = Callable[[str, int, str], Awaitable[LeaderConnection]]
+
+
+async def open_connection(host: str, port: int, client_id: str) -> LeaderConnection:
+    return await BrokerConnection.open(host, port, client_id=client_id)
+
+
 @dataclass
 class FetchState:
+    """One partition's place in its fetcher (Kafka's PartitionFetchState). A LeaderAndIsr always
+    makes a new one: an answer to a request sent for an older one is stale."""
+
     leader_epoch: int
     truncating: bool = True  # a new leader: truncate before the first fetch
-    delayed_until: float = 0.0  # loop time before which this partition is not fetched (after an error)
+    delayed_until: float = 0.0  # loop time before which nothing is sent for it (after an error)
+
+    def ready(self, now: float) -> bool:
+        return self.delayed_until <= now
 
 
 class ReplicaFetcher:
-    def __init__(self, replica_manager: ReplicaManager, leader: dict) -> None:
+    def __init__(
+        self, replica_manager: ReplicaManager, leader: dict, connect: ConnectionFactory = open_connection
+    ) -> None:
         self.rm = replica_manager
+        self._open = connect
         self.config = replica_manager.config
         self.leader_id: int = leader["id"]
         self.leader_host, self.leader_port = leader["host"], leader["port"]
@@ -49,18 +88,26 @@ class ReplicaFetcher:
         self.policy = TruncationPolicy(self.config["replica.truncation.policy"])
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._connection: BrokerConnection | None = None
+        self._connection: LeaderConnection | None = None
         self.name = f"ReplicaFetcher-{self.rm.broker_id}-from-{self.leader_id}"
 
     # -- membership ------------------------------------------------------------------------------
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
-        self.partitions[tp] = FetchState(leader_epoch)
+        self.adopt(tp, FetchState(leader_epoch))
+
+    def adopt(self, tp: TopicPartition, state: FetchState) -> None:
+        self.partitions[tp] = state
         self._wakeup.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def remove(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
+
+    def detach(self) -> dict[TopicPartition, FetchState]:
+        """Give up every partition (to a fetcher for the leader's new endpoint)."""
+        partitions, self.partitions = self.partitions, {}
+        return partitions
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -75,19 +122,17 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         backoff = self.config["replica.fetch.backoff.ms"] / 1000
         while True:
-            if not self.partitions:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
+            self._wakeup.clear()  # set again by add() during any await below
             self._drop_offline()
             if not self.partitions:
+                await self._wakeup.wait()
                 continue
             try:
                 connection = await self._connect()
-                await self._truncate(connection)
+                truncated = await self._maybe_truncate(connection)
                 fetched = await self._fetch(connection)
-                if not fetched:
-                    await asyncio.sleep(min(backoff, 0.1))
+                if not (truncated or fetched):
+                    await self._idle(backoff)
             except asyncio.CancelledError:
                 raise
             except KafkaError as exc:
@@ -101,16 +146,43 @@ class ReplicaFetcher:
                 self._drop_connection()
                 await asyncio.sleep(backoff)
 
+    async def _idle(self, backoff: float) -> None:
+        """Nothing to send: wait for a new partition, the end of the first backoff, or at most
+        the backoff (Kafka's ``partitionMapCond.await(fetchBackOffMs)``)."""
+        now = asyncio.get_running_loop().time()
+        timeout = min(
+            [backoff, *(s.delayed_until - now for s in self.partitions.values() if not s.ready(now))]
+        )
+        # asyncio.timeout rather than wait_for: on 3.11 wait_for can swallow stop()'s cancellation.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, 0.001)):
+                await self._wakeup.wait()
+
+    def _owns(self, tp: TopicPartition, state: FetchState, log_: Log | None = None) -> bool:
+        """``state`` is still ``tp``'s fetch state here (and ``log_`` its log), and the replica
+        manager still has ``tp`` following this leader at that epoch: no LeaderAndIsr made this
+        broker its leader, moved it to another leader or epoch, or removed it since a request for
+        it was sent."""
+        partition = self.rm.get_partition(tp)
+        return (
+            self.partitions.get(tp) is state
+            and (log_ is None or self.rm.get_log(tp) is log_)
+            and partition is not None
+            and not partition.is_leader
+            and partition.leader_id == self.leader_id
+            and partition.leader_epoch == state.leader_epoch
+        )
+
     def _drop_offline(self) -> None:
         """KIP-112: a partition whose log dir went offline is fetched no more."""
         for tp in [tp for tp in self.partitions if tp in self.rm.offline_partitions]:
             log.warning("%s: %s-%s is on an offline log dir; no longer fetching it", self.name, *tp)
             self.partitions.pop(tp, None)
 
-    async def _connect(self) -> BrokerConnection:
+    async def _connect(self) -> LeaderConnection:
         if self._connection is None or not self._connection.is_open:
-            self._connection = await BrokerConnection.open(
-                self.leader_host, self.leader_port, client_id=f"broker-{self.rm.broker_id}-fetcher"
+            self._connection = await self._open(
+                self.leader_host, self.leader_port, f"broker-{self.rm.broker_id}-fetcher"
             )
         return self._connection
 
@@ -123,20 +195,32 @@ class ReplicaFetcher:
         return (self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"]) / 1000
 
     # -- truncation (seed 001/002, KIP-101/279) ----------------------------------------------------------
-    async def _truncate(self, connection: BrokerConnection) -> None:
-        while pending := {tp: s for tp, s in self.partitions.items() if s.truncating}:
-            if self.policy is TruncationPolicy.HIGH_WATERMARK:
-                for tp, state in pending.items():
-                    log_ = self.rm.get_log(tp)
-                    if log_ is not None:
-                        decision = truncation_by_high_watermark(log_.high_watermark, log_.log_end_offset)
-                        self._apply_truncation(tp, decision.offset, "high watermark")
-                    state.truncating = False
-                return
-            await self._truncate_by_leader_epoch(connection, pending)
+    def _truncation_pending(self) -> dict[TopicPartition, FetchState]:
+        """Partitions in truncation and not backing off (Kafka's PartitionFetchState.isTruncating)."""
+        now = asyncio.get_running_loop().time()
+        return {tp: s for tp, s in self.partitions.items() if s.truncating and s.ready(now)}
 
-    async def _truncate_by_leader_epoch(self, connection: BrokerConnection, pending: dict) -> None:
-        asked: dict[TopicPartition, int] = {}
+    async def _maybe_truncate(self, connection: LeaderConnection) -> bool:
+        """One truncation round (Kafka's maybeTruncate); True if any partition took part. A
+        partition whose truncation completes is fetched in this same round."""
+        pending = self._truncation_pending()
+        if not pending:
+            return False
+        if self.policy is TruncationPolicy.HIGH_WATERMARK:
+            for tp, state in pending.items():
+                log_ = self.rm.get_log(tp)
+                if log_ is not None:
+                    decision = truncation_by_high_watermark(log_.high_watermark, log_.log_end_offset)
+                    self._apply_truncation(tp, decision.offset, "high watermark")
+                state.truncating = False
+            return True
+        await self._truncate_by_leader_epoch(connection, pending)
+        return True
+
+    async def _truncate_by_leader_epoch(
+        self, connection: LeaderConnection, pending: dict[TopicPartition, FetchState]
+    ) -> None:
+        asked: dict[TopicPartition, FetchState] = {}
         topics: dict[str, list[dict]] = {}
         for tp, state in pending.items():
             log_ = self.rm.get_log(tp)
@@ -148,7 +232,7 @@ class ReplicaFetcher:
                 self._apply_truncation(tp, min(log_.high_watermark, log_.log_end_offset), "empty epoch cache")
                 state.truncating = False
                 continue
-            asked[tp] = latest
+            asked[tp] = state
             topics.setdefault(tp[0], []).append(
                 {"partition": tp[1], "leader_epoch": latest, "current_leader_epoch": state.leader_epoch}
             )
@@ -165,9 +249,9 @@ class ReplicaFetcher:
         for topic in response["topics"]:
             for answer in topic["partitions"]:
                 tp = (topic["topic"], answer["partition"])
-                state, log_ = self.partitions.get(tp), self.rm.get_log(tp)
-                if state is None or log_ is None or tp not in asked:
-                    continue
+                state, log_ = asked.get(tp), self.rm.get_log(tp)
+                if state is None or log_ is None or not self._owns(tp, state):
+                    continue  # removed or re-added (a new leader or epoch) while the request was in flight
                 if answer["error_code"] != ErrorCode.NONE:
                     self._delay(tp, answer["error_code"])
                     continue
@@ -218,15 +302,15 @@ class ReplicaFetcher:
             log.info("%s: %s-%s got %s; backing off", self.name, *tp, ErrorCode(error_code).name)
 
     # -- fetch --------------------------------------------------------------------------------------------
-    async def _fetch(self, connection: BrokerConnection) -> bool:
+    async def _fetch(self, connection: LeaderConnection) -> bool:
         now = asyncio.get_running_loop().time()
         topics: dict[str, list[dict]] = {}
-        epochs: dict[TopicPartition, int] = {}
+        sent: dict[TopicPartition, FetchState] = {}
         for tp, state in self.partitions.items():
             log_ = self.rm.get_log(tp)
-            if state.truncating or log_ is None or state.delayed_until > now:
+            if state.truncating or log_ is None or not state.ready(now):
                 continue
-            epochs[tp] = state.leader_epoch
+            sent[tp] = state
             topics.setdefault(tp[0], []).append(
                 {
                     "partition": tp[1],
@@ -240,7 +324,8 @@ class ReplicaFetcher:
             return False
         body = {
             "replica_id": self.rm.broker_id,
-            "max_wait_ms": self.config["replica.fetch.wait.max.ms"],
+            # No long poll while other partitions have truncation rounds to go (KIP-279).
+            "max_wait_ms": 0 if self._truncation_pending() else self.config["replica.fetch.wait.max.ms"],
             "min_bytes": self.config["replica.fetch.min.bytes"],
             "max_bytes": max(self.config["replica.fetch.max.bytes"], 10 * 1024 * 1024),
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
@@ -249,13 +334,15 @@ class ReplicaFetcher:
         for topic in response["topics"]:
             for data in topic["partitions"]:
                 tp = (topic["topic"], data["partition"])
-                state = self.partitions.get(tp)
-                if state is None or state.leader_epoch != epochs.get(tp) or state.truncating:
-                    continue  # removed or re-pointed while the fetch was in flight
-                await self._process_partition(connection, tp, data)
+                state = sent.get(tp)
+                if state is None or self.partitions.get(tp) is not state or state.truncating:
+                    continue  # removed or re-added while the fetch (or an earlier partition's handling) ran
+                await self._process_partition(connection, tp, state, data)
         return True
 
-    async def _process_partition(self, connection: BrokerConnection, tp: TopicPartition, data: dict) -> None:
+    async def _process_partition(
+        self, connection: LeaderConnection, tp: TopicPartition, state: FetchState, data: dict
+    ) -> None:
         code = data["error_code"]
         if code == ErrorCode.NONE:
             try:
@@ -266,26 +353,31 @@ class ReplicaFetcher:
                     self.partitions.pop(tp, None)
                     return
                 log.warning("%s: cannot append to %s-%s: %s; re-truncating", self.name, *tp, exc)
-                self.partitions[tp].truncating = True
+                state.truncating = True
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            await self._handle_out_of_range(connection, tp)
+            await self._handle_out_of_range(connection, tp, state)
         else:
             self._delay(tp, code)
 
-    async def _handle_out_of_range(self, connection: BrokerConnection, tp: TopicPartition) -> None:
+    async def _handle_out_of_range(
+        self, connection: LeaderConnection, tp: TopicPartition, state: FetchState
+    ) -> None:
         """Our fetch offset is outside the leader's log (Kafka's handleOffsetOutOfRange).
 
         * We are ahead of the leader's log end: under ``leader-epoch`` truncate again by epochs;
           under ``high-watermark`` (pre-0.11) cut our log to the leader's end, which is where
           seed 001's acknowledged writes get lost.
         * We are behind the leader's log start (retention moved it): restart at its log start.
+
+        Kafka does this holding ``partitionMapLock``, which LeaderAndIsr also needs; here each
+        answer is acted on only if, when it arrives, the partition still follows this leader at
+        the same epoch with the same log (else a new leader's log could be cut or wiped).
         """
         log_ = self.rm.get_log(tp)
-        state = self.partitions.get(tp)
-        if log_ is None or state is None:
+        if log_ is None or not self._owns(tp, state):
             return
         leader_end = await self._leader_offset(connection, tp, state, LATEST_TIMESTAMP)
-        if leader_end is None:
+        if leader_end is None or not self._owns(tp, state, log_):
             return
         if leader_end < log_.log_end_offset:
             if self.policy is TruncationPolicy.HIGH_WATERMARK:
@@ -294,7 +386,7 @@ class ReplicaFetcher:
                 state.truncating = True
             return
         leader_start = await self._leader_offset(connection, tp, state, EARLIEST_TIMESTAMP)
-        if leader_start is None:
+        if leader_start is None or not self._owns(tp, state, log_):
             return
         if log_.log_end_offset < leader_start:
             log.warning(
@@ -305,7 +397,7 @@ class ReplicaFetcher:
             self._delay(tp, ErrorCode.OFFSET_OUT_OF_RANGE)
 
     async def _leader_offset(
-        self, connection: BrokerConnection, tp: TopicPartition, state: FetchState, timestamp: int
+        self, connection: LeaderConnection, tp: TopicPartition, state: FetchState, timestamp: int
     ) -> int | None:
         response = await connection.request(
             ApiKey.LIST_OFFSETS,
@@ -328,7 +420,8 @@ class ReplicaFetcher:
         )
         answer = response["topics"][0]["partitions"][0]
         if answer["error_code"] != ErrorCode.NONE:
-            self._delay(tp, answer["error_code"])
+            if self.partitions.get(tp) is state:
+                self._delay(tp, answer["error_code"])
             return None
         return answer["offset"]
 
@@ -336,20 +429,37 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Adds and removes partitions from per-leader fetchers as LeaderAndIsr says."""
 
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, connect: ConnectionFactory = open_connection) -> None:
         self.rm = replica_manager
+        self._open = connect
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._owner: dict[TopicPartition, int] = {}
+        self._stopping: set[asyncio.Task] = set()
 
     def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
         self.remove_partition(tp)
-        fetcher = self.fetchers.get(leader["id"])
-        if fetcher is None or (fetcher.leader_host, fetcher.leader_port) != (leader["host"], leader["port"]):
-            if fetcher is not None:
-                asyncio.get_running_loop().create_task(fetcher.stop())
-            fetcher = self.fetchers[leader["id"]] = ReplicaFetcher(self.rm, leader)
-        fetcher.add(tp, leader_epoch)
+        self._fetcher_for(leader).add(tp, leader_epoch)
         self._owner[tp] = leader["id"]
+
+    def _fetcher_for(self, leader: dict) -> ReplicaFetcher:
+        """The fetcher for ``leader`` at its current endpoint. When its host or port changed (it
+        restarted with another listener), a new fetcher takes over every partition of the old
+        one, fetch state and all, and the old one stops. (Kafka's addFetcherForPartitions shuts
+        the old thread down and drops its other partitions until a LeaderAndIsr re-adds them.)"""
+        current = self.fetchers.get(leader["id"])
+        endpoint = (leader["host"], leader["port"])
+        if current is not None and (current.leader_host, current.leader_port) == endpoint:
+            return current
+        fetcher = self.fetchers[leader["id"]] = ReplicaFetcher(self.rm, leader, self._open)
+        if current is not None:
+            moved = current.detach()
+            log.info("%s: leader now at %s:%s; moving %d partitions", current.name, *endpoint, len(moved))
+            for tp, state in moved.items():
+                fetcher.adopt(tp, replace(state))  # a new object: the old task's answers no longer apply
+            task = asyncio.get_running_loop().create_task(current.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        return fetcher
 
     def remove_partition(self, tp: TopicPartition) -> None:
         owner = self._owner.pop(tp, None)
@@ -362,5 +472,7 @@ class ReplicaFetcherManager:
     async def shutdown(self) -> None:
         for fetcher in self.fetchers.values():
             await fetcher.stop()
+        for task in list(self._stopping):
+            await task
         self.fetchers.clear()
         self._owner.clear()
