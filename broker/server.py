@@ -40,6 +40,9 @@ from controller.zk import ZkBridge
 log = logging.getLogger(__name__)
 
 CLUSTER_ID_PATH = "/cluster/id"
+#: Re-registration after a session loss: first retry delay, and the cap of its doubling.
+REGISTRATION_BACKOFF_MS = 100
+REGISTRATION_MAX_BACKOFF_MS = 5_000
 
 
 def wall_clock_ms() -> int:
@@ -63,6 +66,7 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._session_lost = False
+        self._reregistration: asyncio.Task | None = None
         self.port: int | None = None
 
     # -- start-up ----------------------------------------------------------------------------------
@@ -243,7 +247,34 @@ class BrokerServer:
             log.warning("[KafkaServer id=%d] ZooKeeper session lost; will re-register", self.broker_id)
         elif state == "CONNECTED" and self._session_lost:
             self._session_lost = False
-            self._tasks.append(asyncio.get_running_loop().create_task(self._register()))
+            if self._reregistration is None or self._reregistration.done():
+                self._reregistration = asyncio.get_running_loop().create_task(
+                    self._register_until_registered(), name=f"broker-{self.broker_id}-reregistration"
+                )
+                self._tasks.append(self._reregistration)
+
+    async def _register_until_registered(self) -> None:
+        """Kafka's re-registration in its session-expiry handler, kept up until it succeeds (or the
+        broker shuts down and cancels it): a lost request or reply is retried, our own session's
+        znode counts as registered and the previous session's is waited out (register_broker, as
+        Kafka's checkedEphemeralCreate). Backoff doubles from REGISTRATION_BACKOFF_MS, with jitter."""
+        backoff_ms = REGISTRATION_BACKOFF_MS
+        while True:
+            try:
+                await self._register()
+            except Exception as exc:  # noqa: BLE001 - any failure: absent from /brokers/ids, try again
+                delay_ms = backoff_ms * (0.5 + self.rng.random())
+                log.warning(
+                    "[KafkaServer id=%d] re-registration in ZooKeeper failed (%r); retrying in %d ms",
+                    self.broker_id,
+                    exc,
+                    delay_ms,
+                )
+                await asyncio.sleep(delay_ms / 1000)
+                backoff_ms = min(2 * backoff_ms, REGISTRATION_MAX_BACKOFF_MS)
+                continue
+            log.info("[KafkaServer id=%d] re-registered in ZooKeeper", self.broker_id)
+            return
 
     # -- periodic duties ----------------------------------------------------------------------------
     def _start_periodic_tasks(self) -> None:

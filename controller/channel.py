@@ -71,13 +71,17 @@ class _BrokerSender:
         while True:
             request = await self.queue.get()
             response = await self._send_until_answered(request)
-            if response is not None and request.callback is not None:
+            if request.callback is not None:
                 try:
                     request.callback(self.broker.id, response)
                 except Exception:
                     log.exception("callback for %s to broker %s failed", request.api_key.name, self.broker.id)
 
-    async def _send_until_answered(self, request: _Request) -> dict | None:
+    async def _send_until_answered(self, request: _Request) -> dict:
+        """The broker's answer, or, when there will be none (a refusal, an answer that does not
+        decode or validate, a socket or other error), :func:`error_response` with the reason's
+        code: the callback always runs, so e.g. a topic deletion never waits for an answer that
+        will not come (Kafka's RequestSendThread calls back with every response it gets)."""
         backoff = self.backoff_initial_s
         failures = 0
         while True:
@@ -95,7 +99,7 @@ class _BrokerSender:
             except KafkaError as exc:
                 if exc.code not in _RESEND:
                     log.error("broker %s refused %s: %s", self.broker.id, request.api_key.name, exc)
-                    return None
+                    return error_response(exc.code)
                 failures += 1
                 self._drop_connection()
                 level = logging.WARNING if failures == 1 else logging.DEBUG
@@ -105,7 +109,12 @@ class _BrokerSender:
             except (InvalidBody, OSError) as exc:
                 log.error("bad %s exchange with broker %s: %s", request.api_key.name, self.broker.id, exc)
                 self._drop_connection()
-                return None
+                code = ErrorCode.NETWORK_EXCEPTION if isinstance(exc, OSError) else ErrorCode.CORRUPT_MESSAGE
+                return error_response(code)
+            except Exception:
+                log.exception("%s to broker %s failed", request.api_key.name, self.broker.id)
+                self._drop_connection()
+                return error_response(ErrorCode.UNKNOWN_SERVER_ERROR)
             else:
                 if failures > 1:
                     log.info("broker %s reachable again after %d failed attempts", self.broker.id, failures)
@@ -353,6 +362,11 @@ class ControllerBrokerRequestBatch:
             "partition_states": states,
             "live_brokers": [b.endpoint() for _, b in sorted(self.context.live_brokers.items())],
         }
+
+
+def error_response(code: int) -> dict:
+    """The body a callback gets when a request got no usable answer: the whole request failed."""
+    return {"error_code": int(code), "partitions": []}
 
 
 def log_response_errors(broker_id: int, response: dict) -> None:

@@ -28,7 +28,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+)
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from client.protocol.api import ApiKey
@@ -69,6 +75,7 @@ from controller.replica_state import ReplicaState, ReplicaStateMachine
 from controller.zk import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
+    CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     DELETE_TOPICS_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
@@ -84,6 +91,8 @@ from controller.zk import (
     ZkBridge,
     config_topic_path,
     create_persistent_paths,
+    decode_controller,
+    decode_controller_epoch,
     decode_isr_change_notification,
     decode_partition_list,
     decode_topic_assignment,
@@ -255,8 +264,9 @@ class KafkaController:
     # -- ZooKeeper session and watches (called on the loop by ZkBridge) ---------------------------------
     def _on_zk_state(self, state: str) -> None:
         if state == "LOST":
+            # Kafka's clearAndPut(Expire): the old session's backlog must not run as an active controller.
             self._session_lost = True
-            self.events.put(Expire())
+            self.events.clear_and_put(Expire())
         elif state == "CONNECTED" and self._session_lost:
             self._session_lost = False
             self.events.put(Reelect())
@@ -349,10 +359,46 @@ class KafkaController:
     async def _elect(self) -> None:
         await self.zk.exists(CONTROLLER_PATH, watch=self._on_controller_watch)
         self.active_controller_id = await get_controller_id(self.zk)
-        if self.active_controller_id != -1:
+
+        async def our_election() -> election.ElectionWin | None:
+            """Kafka's checkControllerAndEpoch: /controller is this broker's, in this session, and
+            /controller_epoch was written by the multi that created it (same zxid): that epoch is ours.
+            Our /controller with another epoch is deleted (its watch re-runs the election)."""
+            controller, epoch = await asyncio.gather(
+                self.zk.get(CONTROLLER_PATH), self.zk.get(CONTROLLER_EPOCH_PATH)
+            )
+            if controller is None or epoch is None:
+                return None
+            (data, stat), (epoch_data, epoch_stat) = controller, epoch
+            if decode_controller(data) != self.broker_id or stat.ephemeralOwner != self.zk.session_id:
+                return None  # another broker, or our previous session's znode: its expiry fires the watch
+            if epoch_stat.mzxid != stat.czxid:
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    await self.zk.delete(CONTROLLER_PATH, version=stat.version)
+                return None
+            return election.ElectionWin(decode_controller_epoch(epoch_data), epoch_stat.version)
+
+        if self.active_controller_id == self.broker_id and not self._active:
+            # our election's reply was lost, or our resignation's delete failed: take over
+            win = await our_election()
+            if win is None:
+                return
+        elif self.active_controller_id != -1:
             log.debug("broker %s: broker %s is the controller", self.broker_id, self.active_controller_id)
             return
-        win = await election.try_to_become_controller(self.zk, self.broker_id, self.time_ms())
+        else:
+            for _ in range(3):
+                try:
+                    win = await election.try_to_become_controller(self.zk, self.broker_id, self.time_ms())
+                    break
+                except (ConnectionLoss, OperationTimeoutError):
+                    # the multi may have committed with its reply lost: read what ZooKeeper holds
+                    log.warning("broker %s: controller election write unanswered; checking", self.broker_id)
+                    win = await our_election()
+                    if win is not None or await self.zk.exists(CONTROLLER_PATH) is not None:
+                        break
+            else:
+                raise ConnectionLoss("controller election: no answer in 3 attempts")
         if win is None:
             self.active_controller_id = await get_controller_id(self.zk)
             log.info(
@@ -412,15 +458,18 @@ class KafkaController:
         # 2-3. reassignment and preferred replica election requests
         await self.zk.exists(REASSIGN_PARTITIONS_PATH, watch=self._on_reassign_watch)
         await self.zk.exists(PREFERRED_REPLICA_ELECTION_PATH, watch=self._on_preferred_watch)
-        # 4-7. /brokers/topics, /admin/delete_topics, /brokers/ids watches, while reading the context
-        await self._initialize_context()
+        # Pending ISR change notifications go *before* the context is read (Kafka's order): the
+        # context reads every state znode after them, and one written later stays for its event.
         pending_isr_notifications = await self.zk.get_children(
             ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_change_watch
         )
-        await self._delete_isr_change_notifications(pending_isr_notifications or [])  # the context is fresher
-        # KIP-112: step 8 sends every live broker LeaderAndIsr anyway; its answers name offline dirs.
+        await self._delete_isr_change_notifications(pending_isr_notifications or [])
+        # KIP-112, also before the context: step 8 sends every live broker LeaderAndIsr, and its
+        # answers name the offline dirs; a notification written after this stays for its event.
         pending_log_dir_events = await self.log_dir_failure.pending(watch=self._on_log_dir_event_watch)
         await self._delete_quietly([f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{n}" for n in pending_log_dir_events])
+        # 4-7. /brokers/topics, /admin/delete_topics, /brokers/ids watches, while reading the context
+        await self._initialize_context()
         self.channel = ControllerChannelManager(
             self.broker_id, self.config.controller_socket_timeout_ms / 1000.0, self.rng
         )
@@ -750,35 +799,64 @@ class KafkaController:
 
     # -- ISR change notifications (SPEC 3, 5.4) ------------------------------------------------------
     async def _handle_isr_change_notification(self, event: IsrChangeNotification) -> None:
+        """Refresh the named partitions' states and send them in UpdateMetadata. A notification is
+        deleted only once it was read and every partition it names was re-read and propagated;
+        after a failed read the rest stay, and the event comes again after a short backoff (Kafka
+        retries its ZooKeeper reads until connected instead)."""
         if not self._active:
             return
-        children = (
-            await self.zk.get_children(ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_change_watch) or []
-        )
-        notifications = sorted(c for c in children if c.startswith(ISR_CHANGE_PREFIX))
+        retry = asyncio.get_running_loop().call_later
+        try:
+            children = await self.zk.get_children(
+                ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_change_watch
+            )
+        except Exception:
+            retry(0.1, self.events.put, IsrChangeNotification())  # the watch may not be set either
+            raise
+        notifications = sorted(c for c in children or [] if c.startswith(ISR_CHANGE_PREFIX))
         if not notifications:
             return
-        try:
-            data = await asyncio.gather(
-                *(self.zk.get(f"{ISR_CHANGE_NOTIFICATION_PATH}/{n}") for n in notifications)
-            )
-            partitions: set[TopicPartition] = set()
-            for got in data:
-                if got is not None:
-                    try:
-                        partitions.update(decode_isr_change_notification(got[0]))
-                    except (ValueError, KeyError, TypeError):
-                        log.error("unreadable ISR change notification: %r", got[0])
-            partitions = {tp for tp in partitions if tp in self.context.partition_leadership}
-            states = await asyncio.gather(*(get_partition_state(self.zk, tp) for tp in sorted(partitions)))
-            for tp, state in zip(sorted(partitions), states, strict=True):
-                if state is not None:
-                    self.context.partition_leadership[tp] = state
-            if partitions:
-                self.batch.add_update_metadata(self.context.live_or_shutting_down_broker_ids, partitions)
-                self.record("isr_change_propagated", partitions=[str(tp) for tp in sorted(partitions)])
-        finally:
-            await self._delete_isr_change_notifications(notifications)
+        data = await asyncio.gather(
+            *(self.zk.get(f"{ISR_CHANGE_NOTIFICATION_PATH}/{n}") for n in notifications),
+            return_exceptions=True,
+        )
+        named: dict[str, set[TopicPartition]] = {}  # read (or unreadable, or gone): may be deleted
+        for notification, got in zip(notifications, data, strict=True):
+            if isinstance(got, Exception):
+                log.warning("cannot read ISR change notification %s: %s; retrying", notification, got)
+                continue
+            named[notification] = set()
+            if got is None:
+                continue
+            try:
+                named[notification].update(decode_isr_change_notification(got[0]))
+            except (ValueError, KeyError, TypeError):
+                log.error("unreadable ISR change notification %s: %r", notification, got[0])
+        partitions = sorted(
+            {tp for tps in named.values() for tp in tps if tp in self.context.partition_leadership}
+        )
+        states = await asyncio.gather(
+            *(get_partition_state(self.zk, tp) for tp in partitions), return_exceptions=True
+        )
+        refreshed: set[TopicPartition] = set()
+        for tp, state in zip(partitions, states, strict=True):
+            if isinstance(state, Exception):
+                log.warning("cannot read the state of %s after an ISR change: %s; retrying", tp, state)
+                continue
+            refreshed.add(tp)
+            if state is not None:
+                self.context.partition_leadership[tp] = state
+        if refreshed:
+            self.batch.add_update_metadata(self.context.live_or_shutting_down_broker_ids, refreshed)
+            self.record("isr_change_propagated", partitions=[str(tp) for tp in sorted(refreshed)])
+        done = [
+            n
+            for n, tps in named.items()
+            if all(tp in refreshed or tp not in self.context.partition_leadership for tp in tps)
+        ]
+        await self._delete_isr_change_notifications(done)
+        if len(done) < len(notifications):
+            retry(0.1, self.events.put, IsrChangeNotification())
 
     # -- KIP-112 log dir failure (controller/log_dir_failure.py) -------------------------------------
     async def _handle_log_dir_event_notification(self, event: LogDirEventNotification) -> None:

@@ -7,6 +7,11 @@ touched by two handlers at once, even though handlers await ZooKeeper.
 
 An event may carry a future, completed when the event has been processed (how callers such as
 ``controlled_shutdown`` wait for an answer).
+
+When the ZooKeeper session ends, :meth:`ControllerEventManager.clear_and_put` drops the backlog
+and queues ``Expire`` first (Kafka's ControllerEventManager.clearAndPut): events queued in the old
+session must not run against the old context as an active controller (docs/guarantees.md
+"Fencing").
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.protocol.errors import KafkaError
+from client.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +163,15 @@ class ControllerEventManager:
     def put(self, event: ControllerEvent) -> ControllerEvent:
         self._queue.put_nowait(event)
         return event
+
+    def clear_and_put(self, event: ControllerEvent) -> ControllerEvent:
+        """Drop every queued event, then queue ``event`` (Kafka's clearAndPut). A dropped event's
+        waiter gets NOT_CONTROLLER (Kafka's preempt); the event in progress is left to finish."""
+        while not self._queue.empty():
+            dropped = self._queue.get_nowait()
+            log.info("controller event %s dropped: queued %s", dropped.name, event.name)
+            dropped.complete(exc=KafkaError(ErrorCode.NOT_CONTROLLER, f"dropped for {event.name}"))
+        return self.put(event)
 
     @property
     def queue_size(self) -> int:

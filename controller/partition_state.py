@@ -42,6 +42,7 @@ from controller.zk import (
     get_topic_config,
     partition_path,
     partition_state_path,
+    topic_partitions_path,
 )
 
 log = logging.getLogger(__name__)
@@ -225,12 +226,24 @@ class PartitionStateMachine:
         return failed
 
     async def _create_state(self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch) -> None:
-        await self.zk.ensure_path(partition_path(tp.topic, tp.partition))
-        await fenced_multi(
-            self.zk,
-            self.context.epoch_zk_version,
-            [CreateOp(partition_state_path(tp.topic, tp.partition), encode_partition_state(state))],
-        )
+        """Create the state znode and whichever of its parents .../partitions and .../partitions/<p>
+        are missing, all in one fenced multi-op (Kafka's createTopicPartitionStatesRaw fences each
+        of these creates). Never /brokers/topics/<t> itself: when the topic is gone the multi
+        fails with NoNodeError, and a deposed controller's with ControllerMovedError, leaving
+        nothing behind (SPEC 3: every controller write is fenced)."""
+        parents = [topic_partitions_path(tp.topic), partition_path(tp.topic, tp.partition)]
+        state_op = CreateOp(partition_state_path(tp.topic, tp.partition), encode_partition_state(state))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            present = await asyncio.gather(*(self.zk.exists(p) for p in parents))
+            missing = [CreateOp(p) for p, stat in zip(parents, present, strict=True) if stat is None]
+            try:
+                await fenced_multi(self.zk, self.context.epoch_zk_version, [*missing, state_op])
+                return
+            except NodeExistsError as exc:
+                if getattr(exc, "op_index", len(missing)) >= len(missing):
+                    raise  # the state znode itself exists
+                # a parent appeared since we looked (another partition of the topic): look again
+        raise NodeExistsError(f"parents of {state_op.path} kept appearing")
 
     async def _elect_leaders(
         self,
