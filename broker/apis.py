@@ -90,10 +90,12 @@ class KafkaApis:
 
     async def handle_update_metadata(self, request: Request) -> None:
         body = request.body
-        if body["controller_epoch"] < self.metadata_cache.controller_epoch:
+        # One controller epoch for every controller request (issue 10 finding 10): the replica
+        # manager's, checked and raised under the lock LeaderAndIsr and StopReplica hold.
+        changed = await self.rm.state_changes.update_metadata(body)
+        if changed is None:
             request.respond({"error_code": ErrorCode.STALE_CONTROLLER_EPOCH})
             return
-        changed = self.metadata_cache.update(body)
         self.rm.state_change_log(
             {
                 "event": "UpdateMetadataReceived",

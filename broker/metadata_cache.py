@@ -3,6 +3,11 @@
 Every broker answers Metadata requests from this cache, never from ZooKeeper, exactly as
 Kafka's MetadataCache does; the controller keeps it current by sending UpdateMetadata to
 every live broker after each leadership, ISR or broker-membership change.
+
+The cache keeps no controller epoch of its own: UpdateMetadata is fenced by the replica
+manager's, the one LeaderAndIsr and StopReplica check and raise (Kafka's
+``ReplicaManager.maybeUpdateMetadataCache``; broker/replica/leader_and_isr.py), and
+applied through it.
 """
 
 from __future__ import annotations
@@ -36,14 +41,13 @@ class MetadataCache:
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
         self.controller_id = NO_LEADER
-        self.controller_epoch = -1
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.partitions: dict[str, dict[int, CachedPartition]] = {}
 
     def update(self, body: dict) -> list[tuple[str, int]]:
-        """Apply an UpdateMetadata body; returns the partitions whose state changed."""
+        """Apply an UpdateMetadata body whose controller epoch the caller has checked
+        (:meth:`LeaderAndIsrHandler.update_metadata`); returns the partitions whose state changed."""
         self.controller_id = body["controller_id"]
-        self.controller_epoch = body["controller_epoch"]
         self.brokers = {
             b["id"]: BrokerEndpoint(b["id"], b["host"], b["port"], b.get("rack"))
             for b in body["live_brokers"]

@@ -7,7 +7,9 @@ Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on e
 * ``terminate``: SIGTERM, a controlled shutdown (leaderships move away first), then exit;
 * ``isolate`` / ``heal``: cut a broker off the network and reconnect it;
 * ``fill_disk`` / ``unfill_disk``: fill a broker's disk (ENOSPC) and free it again;
-* ``break_disk`` / ``fix_disk``: make every write to a broker's disk fail with EIO, and stop.
+* ``break_disk`` / ``fix_disk``: make every write to a broker's disk fail with EIO, and stop;
+* ``pause_zookeeper`` / ``resume_zookeeper``: SIGSTOP / SIGCONT the ZooKeeper server (local
+  backend only: the docker backend refuses it with FaultUnsupported).
 
 Disk faults exist on the local backend only, on a cluster started with disk faults
 (``chaos.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
@@ -45,6 +47,8 @@ class FaultBackend(Protocol):
     def break_disk(self, broker_id: int) -> None: ...
     def fix_disk(self, broker_id: int) -> None: ...
     def can_fault_disks(self) -> bool: ...
+    def pause_zookeeper(self) -> None: ...
+    def resume_zookeeper(self) -> None: ...
 
 
 class FaultUnsupported(RuntimeError):
@@ -105,6 +109,12 @@ class LocalBackend:
 
     def fix_disk(self, broker_id: int) -> None:
         self._disk(broker_id, "fix")
+
+    def pause_zookeeper(self) -> None:
+        self.cluster.pause_zookeeper()
+
+    def resume_zookeeper(self) -> None:
+        self.cluster.resume_zookeeper()
 
     def _disk(self, broker_id: int, action: str) -> None:
         if not self.can_fault_disks():
@@ -177,6 +187,19 @@ class DockerBackend:
 
     def fix_disk(self, broker_id: int) -> None:
         self._no_disk_faults()
+
+    def pause_zookeeper(self) -> None:
+        self._no_zookeeper_faults()
+
+    def resume_zookeeper(self) -> None:
+        self._no_zookeeper_faults()
+
+    @staticmethod
+    def _no_zookeeper_faults() -> None:
+        raise FaultUnsupported(
+            "zk-pause signals the ZooKeeper server process, which only the local runner starts; "
+            "the docker backend has no ZooKeeper fault (use --backend local)"
+        )
 
     @staticmethod
     def _no_disk_faults() -> None:

@@ -12,6 +12,10 @@ Disk faults (``disk-full``, ``disk-error``; chaos/disk.py) target the leader of 
 through ``follower_of``, one of its in-sync followers. Their heal frees or fixes the disk and
 then restarts the broker, which halted if its only log dir went offline (KIP-112); restarting
 a broker that still runs does nothing.
+
+``zk-pause`` targets no broker: it SIGSTOPs the ZooKeeper server for less than the session
+timeout and SIGCONTs it (its timeline events name ``"target": "zookeeper"``). ``heal_all``
+resumes ZooKeeper first, since restarting a broker needs it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from chaos.faults import FaultBackend
-from chaos.schedule import DISK_FAULT_KINDS, Fault
+from chaos.schedule import DISK_FAULT_KINDS, ZK_FAULT_KINDS, Fault
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,7 @@ class FaultInjector:
         self.paused: set[int] = set()
         self.isolated: set[int] = set()
         self.disks: dict[int, set[str]] = {}  # broker -> the disk fault kinds in force on it
+        self.zookeeper_paused = False
         self.follower_of = follower_of
 
     async def run(self, schedule: list[Fault], started: float) -> None:
@@ -63,6 +68,9 @@ class FaultInjector:
                 continue
             if fault.kind in DISK_FAULT_KINDS and not self.backend.can_fault_disks():
                 self.say(f"skipped ({fault.describe()}): the brokers are not on faultable disks")
+                continue
+            if fault.kind in ZK_FAULT_KINDS:
+                await self._pause_zookeeper(fault)
                 continue
             target = await self._target(fault)
             if target < 0:
@@ -85,6 +93,21 @@ class FaultInjector:
             await self._undo(fault.kind, target)
             self.record("heal", {"kind": fault.kind, "broker": target})
             self.say(f"healed: broker {target} ({fault.kind})")
+
+    async def _pause_zookeeper(self, fault: Fault) -> None:
+        self.say(f"fault: {fault.describe()}")
+        self.zookeeper_paused = True  # first: a pause that fails half-way is still undone
+        await asyncio.to_thread(self.backend.pause_zookeeper)
+        detail = {"kind": fault.kind, "target": "zookeeper"}
+        self.record("fault", {**detail, "planned_at_s": fault.at_s, "duration_s": fault.duration_s})
+        await asyncio.sleep(fault.duration_s)
+        await self._resume_zookeeper()
+        self.record("heal", detail)
+        self.say(f"healed: ZooKeeper ({fault.kind})")
+
+    async def _resume_zookeeper(self) -> None:
+        await asyncio.to_thread(self.backend.resume_zookeeper)
+        self.zookeeper_paused = False
 
     async def _target(self, fault: Fault) -> int:
         try:
@@ -134,6 +157,13 @@ class FaultInjector:
 
     async def heal_all(self) -> None:
         """Undo every fault still in force (an interrupted run must still leave brokers up)."""
+        if self.zookeeper_paused:
+            self.say("resuming ZooKeeper")
+            try:
+                await self._resume_zookeeper()
+                self.record("heal", {"kind": "final", "target": "zookeeper"})
+            except Exception as exc:
+                self.say(f"could not resume ZooKeeper: {exc}")
         for broker_id in sorted(self.paused | self.isolated | self.down | set(self.disks)):
             self.say(f"healing broker {broker_id}")
             try:

@@ -653,6 +653,22 @@ class LocalCluster:
             raise ClusterError(f"broker {broker_id} (pid {broker.pid}) still exists 10s after SIGKILL")
         return broker.pid
 
+    def pause_zookeeper(self) -> int:
+        """SIGSTOP the ZooKeeper server (the chaos fault ``zk-pause``); returns its pid."""
+        return self._signal_zookeeper("STOP")
+
+    def resume_zookeeper(self) -> int:
+        """SIGCONT the ZooKeeper server (a no-op when it is not paused); returns its pid."""
+        return self._signal_zookeeper("CONT")
+
+    def _signal_zookeeper(self, name: str) -> int:
+        zk = self._require_state().zookeeper
+        if zk.pid is None or not self._procs.alive(zk.pid, _zookeeper_marker(zk)):
+            raise ClusterError(f"ZooKeeper (pid {zk.pid}) is not running")
+        os.kill(zk.pid, SIGNALS[name])
+        self._progress(f"sent SIG{name} to ZooKeeper (pid {zk.pid})")
+        return zk.pid
+
     def stop(self, broker_id: int, timeout: float = 60.0) -> bool:
         """SIGTERM one broker (a controlled shutdown: its leaderships move away first) and wait,
         bounded, until it has exited; SIGKILL it after ``timeout``. True when it exited by itself."""

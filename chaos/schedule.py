@@ -17,6 +17,8 @@ term       SIGTERM (controlled shutdown), restart later     a rolling restart
 partition  isolate a broker's network, heal later (root)    a network partition
 disk-full  fill the broker's disk (ENOSPC), free it later   a full disk (KIP-112 log-dir failure)
 disk-error fail every write with EIO, pass through later    a failing disk (KIP-112 log-dir failure)
+zk-pause   SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: ConnectionLoss and
+                                                           SUSPENDED, but every session survives
 ========== =============================================== ==========================================
 
 The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
@@ -25,6 +27,12 @@ chaos/disk.py), so a run asks for them by name. Their target is drawn per fault,
 leader of partition P or one of its in-sync followers, half and half, because a leader's
 failed disk moves leadership while a follower's only shrinks the ISR. The heal frees or fixes
 the disk, then restarts the broker if it has halted (all its log dirs offline).
+
+``zk-pause`` is not in ``FAULT_KINDS`` either (local backend only: it signals the ZooKeeper
+server process). It lasts ``zk_pause_s``, by default a third of ``pause_s``: half the session
+timeout when ``pause_s`` is 1.5 session timeouts, as chaos/run.py makes it. So every client
+(controller, brokers) sees ConnectionLoss and goes SUSPENDED, yet no session expires: nothing
+moves unless a component mistakes a disconnection for a lost session.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ from dataclasses import asdict, dataclass
 
 FAULT_KINDS = ("kill", "controller", "pause", "term", "partition")
 DISK_FAULT_KINDS = ("disk-full", "disk-error")
-ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS
+ZK_FAULT_KINDS = ("zk-pause",)
+ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS
+ZK_PAUSE_OVER_PAUSE = 1 / 3  # zk-pause length / pause length: 0.5 x session when a pause is 1.5 x
 ROLES = ("leader", "follower")
 
 
@@ -44,7 +54,7 @@ class Fault:
 
     at_s: float
     kind: str
-    partition: int  # whose leader a "kill"/"partition" targets; unused by the others
+    partition: int  # whose leader a "kill"/"partition" targets; unused by "controller", "zk-pause"
     duration_s: float
     role: str = "leader"  # disk faults only: "leader" or "follower" (an in-sync one) of the partition
 
@@ -60,6 +70,7 @@ class Fault:
             "partition": f"cut the leader of partition {self.partition} off the network",
             "disk-full": f"fill the disk of {whose} (ENOSPC)",
             "disk-error": f"fail every write to the disk of {whose} (EIO)",
+            "zk-pause": "SIGSTOP the ZooKeeper server",
         }[self.kind]
         return f"t+{self.at_s:.1f}s: {what} for {self.duration_s:.1f}s"
 
@@ -84,20 +95,24 @@ def make_schedule(
     partitions: int,
     pause_s: float,
     settle_s: float = 4.0,
+    zk_pause_s: float | None = None,
 ) -> list[Fault]:
     """Faults one after another, never overlapping, with ``settle_s`` of calm between them, each
     kind appearing at least once when the duration allows (in a seeded order), then more drawn at
     random. The last fault ends ``settle_s`` before ``duration_s`` so the run ends healed.
     ``pause_s`` is the length of a pause or a partition: longer than the ZooKeeper session
-    timeout, so the session does expire and the controller does act."""
+    timeout, so the session does expire and the controller does act. ``zk_pause_s`` is the length
+    of a zk-pause, shorter than the session timeout (default ``pause_s * ZK_PAUSE_OVER_PAUSE``)."""
     rng = random.Random(seed)
+    fixed = {"pause": pause_s, "partition": pause_s}
+    fixed["zk-pause"] = pause_s * ZK_PAUSE_OVER_PAUSE if zk_pause_s is None else zk_pause_s
     order = list(kinds)
     rng.shuffle(order)
     faults: list[Fault] = []
     t = settle_s
     while True:
         kind = order[len(faults)] if len(faults) < len(order) else rng.choice(kinds)
-        length = pause_s if kind in ("pause", "partition") else rng.uniform(3.0, 8.0)
+        length = fixed[kind] if kind in fixed else rng.uniform(3.0, 8.0)  # no draw: old seeds hold
         if t + length + settle_s > duration_s:
             break
         partition = rng.randrange(partitions)

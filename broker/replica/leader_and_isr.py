@@ -10,6 +10,12 @@ makeFollowers, stopReplicas and handleLogDirFailure; docs/design.md "Broker").
   failed partition is accepted (finding 2, :mod:`controller.leader_and_isr_retry`).
 * StopReplica without delete keeps the Partition and its leader epoch, so an older
   LeaderAndIsr is still refused; with delete the partition goes with its log.
+* One controller epoch (``ReplicaManager.controller_epoch``, Kafka's
+  ``ReplicaManager.controllerEpoch``) fences LeaderAndIsr, StopReplica and UpdateMetadata alike:
+  each refuses an older epoch with STALE_CONTROLLER_EPOCH and raises it, so a deposed
+  controller's request of any kind is refused once its successor's request of any kind has
+  arrived (issue 10 finding 10). UpdateMetadata is applied here, under the same lock, as
+  Kafka's ``maybeUpdateMetadataCache`` is.
 * KIP-112: partitions on an offline log dir answer KAFKA_STORAGE_ERROR to everything
   (``ReplicaManager.offline_partitions``) until the broker restarts.
 
@@ -49,15 +55,36 @@ class LeaderAndIsrHandler:
         async with self._state_change_lock:
             return await self._become_leader_or_follower(body)
 
-    async def _become_leader_or_follower(self, body: dict) -> dict:
-        if body["controller_epoch"] < self.rm.controller_epoch:
+    def _stale_controller_epoch(self, request: str, body: dict) -> bool:
+        """The controller-epoch check every controller request makes (Kafka's
+        ``ReplicaManager.controllerEpoch``): True, and logged, if ``body`` comes from a controller
+        older than the newest one heard from; otherwise the epoch is raised to the request's."""
+        epoch = body["controller_epoch"]
+        if epoch < self.rm.controller_epoch:
             self.rm.state_change_log(
                 {
-                    "event": "LeaderAndIsrRejected",
+                    "event": f"{request}Rejected",
                     "reason": "stale controller epoch",
-                    "controller_epoch": body["controller_epoch"],
+                    "controller_epoch": epoch,
+                    "current_controller_epoch": self.rm.controller_epoch,
                 }
             )
+            return True
+        self.rm.controller_epoch = epoch
+        return False
+
+    async def update_metadata(self, body: dict) -> list[tuple[str, int]] | None:
+        """Apply UpdateMetadata to the metadata cache (Kafka's
+        ``ReplicaManager.maybeUpdateMetadataCache``), fenced by the same controller epoch as
+        LeaderAndIsr and StopReplica and serialised with them. Returns the partitions whose
+        state changed, or None if the request is from a stale controller (nothing applied)."""
+        async with self._state_change_lock:
+            if self._stale_controller_epoch("UpdateMetadata", body):
+                return None
+            return self.rm.metadata_cache.update(body)
+
+    async def _become_leader_or_follower(self, body: dict) -> dict:
+        if self._stale_controller_epoch("LeaderAndIsr", body):
             return {
                 "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
                 "partitions": [
@@ -69,7 +96,6 @@ class LeaderAndIsrHandler:
                     for s in body["partition_states"]
                 ],
             }
-        self.rm.controller_epoch = body["controller_epoch"]
         leaders = {b["id"]: b for b in body["live_leaders"]}
         results = []
         to_lead: list[tuple[Partition, PartitionState]] = []
@@ -228,14 +254,13 @@ class LeaderAndIsrHandler:
             return self._stop_replicas(body)
 
     def _stop_replicas(self, body: dict) -> dict:
-        if body["controller_epoch"] < self.rm.controller_epoch:
+        if self._stale_controller_epoch("StopReplica", body):
             return {
                 "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
                 "partitions": [
                     dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]
                 ],
             }
-        self.rm.controller_epoch = body["controller_epoch"]
         results = []
         for entry in body["partitions"]:
             tp = (entry["topic"], entry["partition"])

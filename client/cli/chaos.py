@@ -71,8 +71,9 @@ def chaos() -> None:
     "--faults",
     default="kill,pause,controller,term",
     show_default=True,
-    help="Comma-separated from kill, pause, controller, term, partition, disk-full, disk-error "
-    "(partition and the disk faults need root; the disk faults put the brokers on faultable disks).",
+    help="Comma-separated from kill, pause, controller, term, partition, disk-full, disk-error, "
+    "zk-pause (partition and the disk faults need root; the disk faults put the brokers on faultable "
+    "disks; zk-pause stops ZooKeeper for half a session timeout, local backend only).",
 )
 @click.option("--topic", default="chaos", show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=6, show_default=True)
@@ -137,6 +138,11 @@ def run_command(
         kinds = parse_fault_kinds(faults)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if backend == "docker" and "zk-pause" in kinds:
+        raise click.BadParameter(
+            "zk-pause signals the local runner's ZooKeeper process: use --backend local",
+            param_hint="--faults",
+        )
     settings = ChaosSettings(
         data_dir=data_dir,
         report_dir=report_dir,

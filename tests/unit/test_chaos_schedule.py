@@ -13,6 +13,7 @@ from chaos.schedule import (
     ALL_FAULT_KINDS,
     DISK_FAULT_KINDS,
     FAULT_KINDS,
+    ZK_FAULT_KINDS,
     Fault,
     make_schedule,
     parse_fault_kinds,
@@ -52,7 +53,7 @@ def test_fault_kinds_are_parsed_with_a_clear_error():
 
 def test_disk_faults_are_asked_for_by_name_and_target_leaders_and_followers():
     assert not set(DISK_FAULT_KINDS) & set(FAULT_KINDS)  # not in the set every run draws from
-    assert ALL_FAULT_KINDS == FAULT_KINDS + DISK_FAULT_KINDS
+    assert ALL_FAULT_KINDS == FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS
     roles = set()
     for seed in range(20):
         schedule = make_schedule(seed, 120, ("kill", "disk-full", "disk-error"), 6, pause_s=8)
@@ -87,6 +88,12 @@ class RecordingBackend:
 
     def can_fault_disks(self):
         return self.disks
+
+    def pause_zookeeper(self):
+        self.calls.append(("pause_zookeeper", 0))
+
+    def resume_zookeeper(self):
+        self.calls.append(("resume_zookeeper", 0))
 
     def __getattr__(self, verb):
         return lambda broker_id: self.calls.append((verb, broker_id))
@@ -223,3 +230,75 @@ def test_the_demo_seed_holds_every_kind_in_ninety_seconds():
     from client.cli.demo import DEMO_SEED
 
     assert {f.kind for f in make_schedule(DEMO_SEED, 90, FAULT_KINDS, 6, pause_s=9.0)} == set(FAULT_KINDS)
+
+
+def test_zk_pause_is_asked_for_by_name_and_lasts_half_a_session():
+    assert not set(ZK_FAULT_KINDS) & set(FAULT_KINDS)  # not in the set every run draws from
+    assert parse_fault_kinds("kill,zk-pause") == ("kill", "zk-pause")
+    # pause_s = 9 s is 1.5 x a 6 s session (chaos/run.py): a zk-pause lasts 3 s, half a session
+    schedule = make_schedule(5, 120, ("kill", "zk-pause"), 6, pause_s=9.0)
+    assert schedule == make_schedule(5, 120, ("kill", "zk-pause"), 6, pause_s=9.0)
+    assert {f.kind for f in schedule} == {"kill", "zk-pause"}
+    assert all(f.duration_s == 3.0 for f in schedule if f.kind == "zk-pause")
+    explicit = make_schedule(5, 120, ("kill", "zk-pause"), 6, pause_s=9.0, zk_pause_s=2.0)
+    assert all(f.duration_s == 2.0 for f in explicit if f.kind == "zk-pause")
+    assert Fault(1, "zk-pause", 0, 3).describe() == "t+1.0s: SIGSTOP the ZooKeeper server for 3.0s"
+    # the schedules every existing seed gives are unchanged (zk-pause takes no draw of its own)
+    assert [
+        (f.at_s, f.kind, f.partition, f.duration_s) for f in make_schedule(7, 60, FAULT_KINDS, 6, 9.0)
+    ] == [
+        (f.at_s, f.kind, f.partition, f.duration_s)
+        for f in make_schedule(7, 60, FAULT_KINDS, 6, 9.0, zk_pause_s=1.0)
+    ]
+
+
+async def test_the_injector_pauses_and_resumes_zookeeper_and_heal_all_resumes_it():
+    backend = RecordingBackend()
+    events = []
+
+    async def leader_of(partition):
+        return 1
+
+    injector = FaultInjector(backend, leader_of, None, lambda kind, detail: events.append((kind, detail)))
+    await injector.run([Fault(0, "zk-pause", 0, 0.01), Fault(0, "kill", 0, 0.01)], time.monotonic())
+    assert backend.calls == [("pause_zookeeper", 0), ("resume_zookeeper", 0), ("crash", 1), ("restart", 1)]
+    assert events[0] == (
+        "fault",
+        {"kind": "zk-pause", "target": "zookeeper", "planned_at_s": 0, "duration_s": 0.01},
+    )
+    assert events[1] == ("heal", {"kind": "zk-pause", "target": "zookeeper"})
+    assert not injector.zookeeper_paused
+
+    backend.calls.clear()
+    injector.zookeeper_paused, injector.down = True, {2}
+    await injector.heal_all()
+    assert backend.calls == [("resume_zookeeper", 0), ("restart", 2)]  # ZooKeeper first: a restart needs it
+    assert not injector.zookeeper_paused
+
+
+def test_the_docker_backend_refuses_zk_pause():
+    docker = DockerBackend(brokers=3, run=lambda argv: None)
+    for verb in (docker.pause_zookeeper, docker.resume_zookeeper):
+        with pytest.raises(FaultUnsupported, match="zk-pause .* only the local runner"):
+            verb()
+
+
+def test_chaos_run_accepts_zk_pause_and_refuses_it_on_docker(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from client.cli import chaos as chaos_cli
+    from client.cli.main import build_cli
+
+    seen = []
+
+    def no_run(settings):  # stands in for the run: only the parsed settings matter here
+        seen.append(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(chaos_cli, "_run_reporting_runner_errors", no_run)
+    args = ["chaos", "run", "--report-dir", str(tmp_path), "--no-verify", "--faults", "kill,zk-pause"]
+    assert CliRunner().invoke(build_cli(), args).exit_code == 0
+    assert seen[0].faults == ("kill", "zk-pause")
+    result = CliRunner().invoke(build_cli(), [*args, "--backend", "docker"])
+    assert result.exit_code == 2 and "zk-pause" in result.output and "--backend local" in result.output
+    assert len(seen) == 1
