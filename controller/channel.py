@@ -7,8 +7,9 @@
   resends the same request with backoff, until the broker is removed (it died) or the
   controller resigns.
 * :class:`ControllerBrokerRequestBatch`: the state machines add partition states to it while an
-  event is processed; at the end of the event it sends one request of each kind per broker,
-  with bodies exactly as client/protocol/api.py defines them.
+  event is processed; at the end of the event (or of a step whose requests must go first) it
+  sends one request of each kind per broker, with bodies exactly as client/protocol/api.py
+  defines them.
 """
 
 from __future__ import annotations
@@ -207,8 +208,9 @@ class _LeaderAndIsrEntry:
 
 
 class ControllerBrokerRequestBatch:
-    """Collects what each broker must be told during one event; :meth:`send` sends it, one
-    LeaderAndIsr, one UpdateMetadata and one StopReplica (per delete flag) per broker, in that order."""
+    """Collects what each broker must be told during one step of an event; :meth:`send` sends it
+    (and empties it), one LeaderAndIsr, one UpdateMetadata and one StopReplica (per delete flag)
+    per broker, in that order. An event that must order its steps sends after each."""
 
     def __init__(
         self,

@@ -5,8 +5,10 @@ It runs in every broker and acts only in the elected one. Everything it does is 
 one event from its queue (:mod:`controller.events`): watches on ZooKeeper, the session's state,
 timers and broker requests all become events, processed one at a time. A handler reads
 ZooKeeper, moves partitions and replicas through their state machines (which write fenced,
-conditional znodes and fill the request batch) and, at its end, the batch goes out: one
-LeaderAndIsr, UpdateMetadata and StopReplica per broker.
+conditional znodes and fill the request batch) and the batch goes out at the event's end, or
+after each step where the order matters (a broker change sends the failure's requests before
+the start-up's are built), and also when the event fails half way, since its znode writes were
+made: one LeaderAndIsr, UpdateMetadata and StopReplica per broker per send.
 
 The handlers follow the seeds' explanations:
 
@@ -156,6 +158,7 @@ class KafkaController:
             self.record,
         )
         self.leader_and_isr_retries = LeaderAndIsrRetries()
+        self._broker_change_failures = 0  # consecutive failed BrokerChange events (retry backoff)
         self.events = ControllerEventManager(self._process, name=f"controller-{broker_id}-events")
         #: The broker id in /controller as last read (-1: none); on non-controllers too.
         self.active_controller_id = -1
@@ -223,6 +226,8 @@ class KafkaController:
         self.batch.new_batch()
         try:
             result = await handler(event)
+            if isinstance(event, BrokerChange):
+                self._broker_change_failures = 0
             if self._active:
                 self.batch.send(self.context.epoch)
             return result
@@ -233,6 +238,19 @@ class KafkaController:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
             await self._maybe_resign()
             return None
+        except Exception:
+            if self._active:
+                # The znode writes behind what the batch holds were made: the brokers must hear of
+                # them (Kafka's state machines send each step's batch as soon as the step is done).
+                self.batch.send(self.context.epoch)
+                if isinstance(event, BrokerChange):
+                    # It compares /brokers/ids with the context's live brokers, which it changed
+                    # only for the brokers whose handling completed: a retry handles the rest
+                    # (0.1 s doubling to 5 s while it keeps failing).
+                    retry_backoff_s = min(5.0, 0.1 * 2**self._broker_change_failures)
+                    self._broker_change_failures += 1
+                    asyncio.get_running_loop().call_later(retry_backoff_s, self.events.put, BrokerChange())
+            raise
         finally:
             self.batch.clear()
 
@@ -528,6 +546,10 @@ class KafkaController:
 
     # -- seed 000 "Broker启动过程" and "Broker Failover" ----------------------------------------------
     async def _handle_broker_change(self, event: BrokerChange) -> None:
+        """Kafka's processBrokerChange. Each step's requests are sent before the next step is
+        made, so a bounced broker gets the failure's StopReplica before the start-up's
+        LeaderAndIsr. If a step fails, the brokers it was handling are put back as they were in
+        the context, so the retry (see :meth:`_process`) sees them again in /brokers/ids."""
         if not self._active:
             return
         current = await self._read_live_brokers()
@@ -535,22 +557,43 @@ class KafkaController:
         new_ids = sorted(set(current) - set(known))
         dead_ids = sorted(set(known) - set(current))
         bounced_ids = sorted(i for i in set(current) & set(known) if current[i].epoch != known[i].epoch)
+        for i in sorted(self.channel.broker_ids - set(current)):
+            self.channel.remove_broker(i)  # gone, also if its start-up failed (no longer in the context)
         if not (new_ids or dead_ids or bounced_ids):
             return
         log.info("broker change: new %s, dead %s, bounced %s", new_ids, dead_ids, bounced_ids)
         self.record("broker_change", new=new_ids, dead=dead_ids, bounced=bounced_ids)
-        for i in dead_ids + bounced_ids:
-            known.pop(i, None)
-            self.channel.remove_broker(i)
-        if bounced_ids:
-            await self._on_broker_failure(bounced_ids)
-        if dead_ids:
-            await self._on_broker_failure(dead_ids)
-        for i in new_ids + bounced_ids:
+        for failed_ids in (bounced_ids, dead_ids):
+            if not failed_ids:
+                continue
+            previous = {i: known.pop(i) for i in failed_ids}
+            for i in failed_ids:
+                self.channel.remove_broker(i)
+            try:
+                await self._on_broker_failure(failed_ids)
+            except ControllerMovedError:
+                raise
+            except Exception:
+                # the writes made go out with the context they were made in; then these brokers
+                # are put back, so that the retry sees them fail again
+                self.batch.send(self.context.epoch)
+                known.update(previous)
+                raise
+            self.batch.send(self.context.epoch)
+        started_ids = sorted(new_ids + bounced_ids)
+        for i in started_ids:
             known[i] = current[i]
             self.channel.add_broker(current[i])
-        if new_ids or bounced_ids:
-            await self._on_broker_startup(sorted(new_ids + bounced_ids))
+        if started_ids:
+            try:
+                await self._on_broker_startup(started_ids)
+            except ControllerMovedError:
+                raise
+            except Exception:
+                self.batch.send(self.context.epoch)
+                for i in started_ids:  # not started: the retry sees them as new brokers
+                    known.pop(i, None)
+                raise
 
     async def _on_broker_startup(self, new_ids: list[int]) -> None:
         ctx = self.context
