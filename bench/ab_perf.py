@@ -19,8 +19,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import baseline_worktree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,23 +66,16 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(base_tree), args.base], cwd=ROOT, check=True
-        )
-        try:
-            rows: list[tuple[dict, dict]] = []
-            for i in range(args.repeat):
-                a = one_round(base_tree, args.records)
-                b = one_round(ROOT, args.records)
-                print(
-                    f"round {i + 1}: base {a['records_per_sec']:,.0f}/s, tree {b['records_per_sec']:,.0f}/s",
-                    file=sys.stderr,
-                )
-                rows.append((a, b))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=False)
+    with baseline_worktree(args.base) as base_tree:
+        rows: list[tuple[dict, dict]] = []
+        for i in range(args.repeat):
+            a = one_round(base_tree, args.records)
+            b = one_round(ROOT, args.records)
+            print(
+                f"round {i + 1}: base {a['records_per_sec']:,.0f}/s, tree {b['records_per_sec']:,.0f}/s",
+                file=sys.stderr,
+            )
+            rows.append((a, b))
     rate = [(a["records_per_sec"], b["records_per_sec"]) for a, b in rows]
     p99 = [(a.get("p99_ms"), b.get("p99_ms")) for a, b in rows]
     print(f"| revision | records/s (median of {args.repeat}) | p99 ms (median) |")

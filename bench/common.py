@@ -186,3 +186,19 @@ def replace_between_markers(path: Path, begin: str, end: str, content: str, skel
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(f"{head}{begin}\n{content.strip()}\n{end}{tail}")
     os.replace(tmp, path)
+
+
+@contextmanager
+def baseline_worktree(revision: str) -> Iterator[Path]:
+    """A ``git worktree`` of ``revision`` in a temp dir, removed afterwards: the A side of the A/B
+    benchmarks (bench/ab_perf.py, bench/log_append.py), which run it with ``PYTHONPATH`` or
+    ``cwd`` set to it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(tree), revision], cwd=ROOT, check=True
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)

@@ -17,8 +17,12 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import baseline_worktree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,18 +57,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(base_tree), args.base], cwd=ROOT, check=True
-        )
-        try:
-            base, head = [], []
-            for _ in range(args.repeat):
-                base.append(sample(base_tree, args.batches))
-                head.append(sample(ROOT, args.batches))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=False)
+    with baseline_worktree(args.base) as base_tree:
+        base, head = [], []
+        for _ in range(args.repeat):
+            base.append(sample(base_tree, args.batches))
+            head.append(sample(ROOT, args.batches))
     ratio = statistics.median(h / b for h, b in zip(head, base, strict=True))
     print(f"| revision | appends/s (median of {args.repeat}) | records/s |")
     print("|---|---:|---:|")

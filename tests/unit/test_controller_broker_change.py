@@ -7,12 +7,9 @@ in send order instead of going to brokers.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from client.protocol.api import ApiKey
-from controller.controller import ControllerConfig, KafkaController
 from controller.events import BrokerChange
 from controller.zk import (
     BROKER_IDS_PATH,
@@ -20,18 +17,16 @@ from controller.zk import (
     ZkBridge,
     broker_id_path,
     create_persistent_paths,
-    encode_topic_assignment,
     get_partition_state,
     partition_state_path,
     register_broker,
-    topic_path,
 )
 from tests.unit.test_controller_zk_faults import (
     FailingZk,
     Recorded,
     eventually,
     idle,
-    write_state,
+    start_controller_with,
 )
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
@@ -44,37 +39,6 @@ async def zk(zk_connect: str):
     await create_persistent_paths(bridge)
     yield bridge
     await bridge.close()
-
-
-async def start_controller(
-    bridge: ZkBridge,
-    zk_for_controller: object,
-    brokers: list[int],
-    partitions: dict[TopicPartition, list[int]],
-) -> tuple[KafkaController, Recorded]:
-    """``brokers`` live, broker 1 the controller; topic t with ``partitions``' replicas, each led
-    by its first replica with every replica in the ISR."""
-    for broker_id in brokers:
-        await register_broker(bridge, broker_id, "127.0.0.1", broker_id, 0)
-    await bridge.create(
-        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
-    )
-    for tp, replicas in partitions.items():
-        await write_state(bridge, tp, replicas[0], replicas, create=True)
-    controller = KafkaController(
-        1,
-        zk_for_controller,  # type: ignore[arg-type]
-        ControllerConfig(auto_leader_rebalance_enable=False),
-        lambda: 0,
-        random.Random(0),
-        lambda r: None,
-    )
-    recorded = Recorded()
-    controller.batch._send = recorded
-    await controller.startup()
-    assert controller.is_active
-    await idle(controller)
-    return controller, recorded
 
 
 def partitions_of(api_key: ApiKey, body: dict) -> set[TopicPartition]:
@@ -100,7 +64,7 @@ def last_request_about(recorded: Recorded, broker_id: int, tp: TopicPartition) -
 async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(zk: ZkBridge, zk_connect: str) -> None:
     failing = FailingZk(zk)
     partitions = {P0: [2, 1], P1: [1, 2], P2: [2]}
-    controller, recorded = await start_controller(zk, failing, [1, 2], partitions)
+    controller, recorded = await start_controller_with(zk, failing, [1, 2], partitions)
     second_session = ZkBridge(zk_connect, session_timeout_ms=6000)
     await second_session.start()
     try:
@@ -138,7 +102,7 @@ async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(zk: ZkBridg
 async def test_broker_failure_interrupted_by_connection_loss_is_retried(zk: ZkBridge) -> None:
     failing = FailingZk(zk)
     partitions = {P0: [2, 3], P1: [3, 2]}
-    controller, recorded = await start_controller(zk, failing, [1, 2, 3], partitions)
+    controller, recorded = await start_controller_with(zk, failing, [1, 2, 3], partitions)
     try:
         recorded.sent.clear()
         # P0's new leader is written first; then removing 2 from P1's ISR fails on its read.

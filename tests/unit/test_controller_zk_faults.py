@@ -197,13 +197,27 @@ async def start_controller(
     bridge: ZkBridge, zk: Any, replicas: list[int]
 ) -> tuple[KafkaController, Recorded]:
     """``replicas`` live, broker 1 the controller; topic t, one partition on ``replicas``, led by 1, all in the ISR."""
-    for broker_id in replicas:
+    return await start_controller_with(bridge, zk, replicas, {TP: replicas})
+
+
+async def start_controller_with(
+    bridge: ZkBridge,
+    zk_for_controller: object,
+    brokers: list[int],
+    partitions: dict[TopicPartition, list[int]],
+) -> tuple[KafkaController, Recorded]:
+    """``brokers`` live, broker 1 the controller; topic t with ``partitions``' replicas, each led
+    by its first replica with every replica in the ISR."""
+    for broker_id in brokers:
         await register_broker(bridge, broker_id, "127.0.0.1", broker_id, 0)
-    await bridge.create(topic_path("t"), encode_topic_assignment({0: replicas}))
-    await write_state(bridge, TP, 1, replicas, create=True)
+    await bridge.create(
+        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
+    )
+    for tp, replicas in partitions.items():
+        await write_state(bridge, tp, replicas[0], replicas, create=True)
     controller = KafkaController(
         1,
-        zk,
+        zk_for_controller,  # type: ignore[arg-type]
         ControllerConfig(auto_leader_rebalance_enable=False),
         lambda: 0,
         random.Random(0),
