@@ -155,55 +155,26 @@ class KafkaApis:
         self.rm.append_records(acks, body["timeout_ms"], entries, respond)
 
     async def handle_fetch(self, request: Request) -> None:
-        def respond(results: dict[tuple[str, int], ReadResult]) -> None:
-            topics: dict[str, list[dict]] = {}
-            for (topic, partition), r in results.items():
-                topics.setdefault(topic, []).append(
-                    {
-                        "partition": partition,
-                        "error_code": r.error_code,
-                        "high_watermark": r.high_watermark,
-                        "last_stable_offset": r.high_watermark,
-                        "log_start_offset": r.log_start_offset,
-                        "records": r.records,
-                    }
-                )
-            request.respond(
-                {
-                    "error_code": ErrorCode.NONE,
-                    "throttle_time_ms": 0,
-                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-                }
-            )
-
-        self.rm.fetch_messages(request.body, respond)
+        self.rm.fetch_messages(request.body, lambda results: request.respond(fetch_response(results)))
 
     async def handle_list_offsets(self, request: Request) -> None:
-        topics = []
-        for t in request.body["topics"]:
-            partitions = []
-            for p in t["partitions"]:
-                answer = self.rm.list_offset(
-                    (t["topic"], p["partition"]),
-                    p["timestamp"],
-                    p["current_leader_epoch"],
-                    request.body["replica_id"],
-                )
-                partitions.append({"partition": p["partition"], **answer})
-            topics.append({"topic": t["topic"], "partitions": partitions})
-        request.respond({"topics": topics})
+        body = request.body
+        request.respond(
+            per_partition(
+                body,
+                lambda tp, p: self.rm.list_offset(
+                    tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
+                ),
+            )
+        )
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> None:
-        topics = []
-        for t in request.body["topics"]:
-            partitions = []
-            for p in t["partitions"]:
-                answer = self.rm.end_offset_for_epoch(
-                    (t["topic"], p["partition"]), p["leader_epoch"], p["current_leader_epoch"]
-                )
-                partitions.append({"partition": p["partition"], **answer})
-            topics.append({"topic": t["topic"], "partitions": partitions})
-        request.respond({"topics": topics})
+        request.respond(
+            per_partition(
+                request.body,
+                lambda tp, p: self.rm.end_offset_for_epoch(tp, p["leader_epoch"], p["current_leader_epoch"]),
+            )
+        )
 
     async def handle_init_producer_id(self, request: Request) -> None:
         """SPEC 5.4 "Idempotent producer": a new cluster-unique producer id at epoch 0. Without a
@@ -315,6 +286,44 @@ class KafkaApis:
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         while not all(ready(t) for t in topics) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
+
+
+def fetch_response(results: dict[tuple[str, int], ReadResult]) -> dict:
+    """The Fetch response body for the replica manager's read results."""
+    topics: dict[str, list[dict]] = {}
+    for (topic, partition), r in results.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition": partition,
+                "error_code": r.error_code,
+                "high_watermark": r.high_watermark,
+                "last_stable_offset": r.high_watermark,
+                "log_start_offset": r.log_start_offset,
+                "records": r.records,
+            }
+        )
+    return {
+        "error_code": ErrorCode.NONE,
+        "throttle_time_ms": 0,
+        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+    }
+
+
+def per_partition(body: dict, answer: Callable[[tuple[str, int], dict], dict]) -> dict:
+    """A ``{"topics": [...]}`` response with ``answer(tp, request partition)`` for every partition
+    the request names (ListOffsets, OffsetsForLeaderEpoch)."""
+    return {
+        "topics": [
+            {
+                "topic": t["topic"],
+                "partitions": [
+                    {"partition": p["partition"], **answer((t["topic"], p["partition"]), p)}
+                    for p in t["partitions"]
+                ],
+            }
+            for t in body["topics"]
+        ]
+    }
 
 
 def _produce_response(statuses: dict[tuple[str, int], ProducePartitionStatus]) -> dict:

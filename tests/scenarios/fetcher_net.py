@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.apis import fetch_response, per_partition
 from broker.config import BrokerConfig
 from broker.log import Log, LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.fetcher import ConnectionFactory, LeaderConnection, ReplicaFetcherManager
-from broker.replica.replica_manager import ReadResult, ReplicaManager
+from broker.replica.replica_manager import ReplicaManager
 from client.connection import ConnectionClosed
 from client.protocol.api import ApiKey, validate_request, validate_response
 from client.protocol.errors import ErrorCode, KafkaError
@@ -169,17 +170,17 @@ class Net:
         body = validate_request(sent.api_key, 0, unpack(pack(sent.body)))
         if sent.api_key == ApiKey.FETCH:
             answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
-            rm.fetch_messages(body, lambda results: answer.set_result(_fetch_response(results)))
+            rm.fetch_messages(body, lambda results: answer.set_result(fetch_response(results)))
             response = await answer
         elif sent.api_key == ApiKey.LIST_OFFSETS:
-            response = _per_partition(
+            response = per_partition(
                 body,
                 lambda tp, p: rm.list_offset(
                     tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
                 ),
             )
         elif sent.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-            response = _per_partition(
+            response = per_partition(
                 body, lambda tp, p: rm.end_offset_for_epoch(tp, p["leader_epoch"], p["current_leader_epoch"])
             )
         else:
@@ -188,41 +189,6 @@ class Net:
             if hold.takes(sent):
                 await hold.released.wait()
         return validate_response(sent.api_key, unpack(pack(response)))
-
-
-def _fetch_response(results: dict[TopicPartition, ReadResult]) -> dict:
-    topics: dict[str, list[dict]] = {}
-    for (topic, partition), r in results.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition": partition,
-                "error_code": r.error_code,
-                "high_watermark": r.high_watermark,
-                "last_stable_offset": r.high_watermark,
-                "log_start_offset": r.log_start_offset,
-                "records": r.records,
-            }
-        )
-    return {
-        "error_code": ErrorCode.NONE,
-        "throttle_time_ms": 0,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-    }
-
-
-def _per_partition(body: dict, answer: Callable[[TopicPartition, dict], dict]) -> dict:
-    return {
-        "topics": [
-            {
-                "topic": t["topic"],
-                "partitions": [
-                    {"partition": p["partition"], **answer((t["topic"], p["partition"]), p)}
-                    for p in t["partitions"]
-                ],
-            }
-            for t in body["topics"]
-        ]
-    }
 
 
 async def _no_overrides(topic: str) -> dict[str, str]:
