@@ -17,6 +17,7 @@ as they were (docs/design.md "Log dir failure").
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import struct
@@ -46,7 +47,7 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[written:]
 
 
-class _IndexFile:
+class _IndexFile(abc.ABC):
     entry_size: int
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
@@ -73,8 +74,9 @@ class _IndexFile:
             return f"{self.path}: size {self._raw_size} is not a multiple of {self.entry_size}"
         return None
 
+    @abc.abstractmethod
     def _truncate_entries(self, count: int) -> None:
-        raise NotImplementedError
+        """Drop the in-memory entries from ``count`` on (each index keeps its own lists)."""
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries, on disk and then in memory (a failed truncate

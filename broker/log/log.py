@@ -43,7 +43,7 @@ import re
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,9 +155,10 @@ class Log:
         self._truncations = 0  # bumped by every truncation, so a concurrent flush never over-claims
         self._dir_dirty = False  # segment files created or removed since the last directory fsync
         self._closed = False
-        self._failed: str | None = None  # the I/O error that closed this log for good
         self.log_dir = self.dir.parent
-        self.failure_channel: LogDirFailureChannel | None = None
+        #: where this log reports I/O errors (the log manager's, shared by every log; a log
+        #: opened on its own gets one of its own): once its dir is offline, the log is closed
+        self.failure_channel = LogDirFailureChannel()
 
     # ------------------------------------------------------------------ opening and recovery
 
@@ -173,7 +174,8 @@ class Log:
         failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         self = cls(dir, config, time_ms)
-        self.failure_channel = failure_channel
+        if failure_channel is not None:
+            self.failure_channel = failure_channel
         self.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
             self._load(recovery_point, log_start_offset, clean_shutdown)
@@ -323,33 +325,21 @@ class Log:
                 segment.index_interval_bytes = config.index_interval_bytes
 
     def _check_open(self) -> None:
-        if self._failed is not None:
-            raise KafkaStorageError(f"log {self.dir} is offline after an I/O error: {self._failed}")
-        if self.failure_channel is not None and self.failure_channel.is_offline(self.log_dir):
+        if self.failure_channel.is_offline(self.log_dir):
             raise KafkaStorageError(f"log dir {self.log_dir} of {self.topic}-{self.partition} is offline")
         if self._closed:
             raise KafkaStorageError(f"log {self.dir} is closed")
 
     @property
     def is_offline(self) -> bool:
-        """True once an I/O error closed this log or its log dir went offline."""
-        return self._failed is not None or (
-            self.failure_channel is not None and self.failure_channel.is_offline(self.log_dir)
-        )
+        """True once an I/O error took this log's dir offline."""
+        return self.failure_channel.is_offline(self.log_dir)
 
-    @contextlib.contextmanager
-    def _io(self, what: str) -> Iterator[None]:
-        """Turn an OSError into KAFKA_STORAGE_ERROR, closing this log and reporting its dir."""
-        try:
-            yield
-        except OSError as e:
-            message = f"Error while {what} for {self.topic}-{self.partition} in dir {self.log_dir}"
-            self._failed = f"{what}: {e}"
-            if self.failure_channel is not None:
-                self.failure_channel.maybe_add_offline_log_dir(self.log_dir, message, e)
-            else:
-                log.error("%s: %s; the log is closed for writing", message, e)
-            raise KafkaStorageError(f"{message}: {e}") from e
+    def _io(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Turn an OSError into KAFKA_STORAGE_ERROR, taking this log's dir (and the log) offline."""
+        return self.failure_channel.io_errors(
+            self.log_dir, f"Error while {what} for {self.topic}-{self.partition} in dir {self.log_dir}"
+        )
 
     # ------------------------------------------------------------------ appending
 

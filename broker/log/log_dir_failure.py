@@ -15,9 +15,10 @@ A dir stays offline until the broker restarts; recovery then truncates any torn 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from client.protocol.errors import ErrorCode, KafkaError
@@ -52,6 +53,17 @@ class LogDirFailureChannel:
     def offline_dirs(self) -> set[Path]:
         with self._lock:
             return set(self._offline)
+
+    @contextlib.contextmanager
+    def io_errors(self, log_dir: Path, message: str, reraise: bool = True) -> Iterator[None]:
+        """Report an OSError in the block as a failure of ``log_dir`` (``message`` says what was
+        being done), then raise it as KAFKA_STORAGE_ERROR, or, with ``reraise`` False, go on."""
+        try:
+            yield
+        except OSError as e:
+            self.maybe_add_offline_log_dir(log_dir, message, e)
+            if reraise:
+                raise KafkaStorageError(f"{message}: {e}") from e
 
     def maybe_add_offline_log_dir(
         self, log_dir: Path, message: str, error: BaseException | None = None

@@ -59,12 +59,10 @@ class LogManager:
         self._lock = threading.RLock()
         self.failure_channel = failure_channel or LogDirFailureChannel()
         for d in self.log_dirs:
-            try:
+            with self.failure_channel.io_errors(
+                d, f"Failed to create or validate log dir {d}", reraise=False
+            ):
                 d.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                self.failure_channel.maybe_add_offline_log_dir(
-                    d, f"Failed to create or validate log dir {d}", e
-                )
 
     @property
     def online_log_dirs(self) -> list[Path]:
@@ -88,12 +86,11 @@ class LogManager:
         topic_configs = topic_configs or {}
         with self._lock:
             for log_dir in self.online_log_dirs:
-                try:
+                with self.failure_channel.io_errors(
+                    log_dir, f"Error while loading log dir {log_dir}", reraise=False
+                ):
                     self._load_dir(log_dir, topic_configs)
-                except OSError as e:
-                    self.failure_channel.maybe_add_offline_log_dir(
-                        log_dir, f"Error while loading log dir {log_dir}", e
-                    )
+                if self.is_offline(log_dir):
                     for tp in list(self._logs_in(log_dir)):
                         self._logs.pop(tp).close()
 
@@ -193,7 +190,9 @@ class LogManager:
                 if lg.dir.parent in counts:
                     counts[lg.dir.parent] += 1
             log_dir = min(online, key=lambda d: counts[d])  # Kafka: the dir with the fewest partitions
-            try:
+            with self.failure_channel.io_errors(
+                log_dir, f"Error while creating log for {topic}-{partition} in dir {log_dir}"
+            ):
                 created = Log.open(
                     log_dir / f"{topic}-{partition}",
                     config or self.default_config,
@@ -201,10 +200,6 @@ class LogManager:
                     failure_channel=self.failure_channel,
                 )
                 fsync_dir(log_dir)
-            except OSError as e:
-                message = f"Error while creating log for {topic}-{partition} in dir {log_dir}"
-                self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
-                raise KafkaStorageError(f"{message}: {e}") from e
             self._logs[(topic, partition)] = created
             log.info("created log for %s-%d in %s", topic, partition, log_dir)
             return created
@@ -219,13 +214,11 @@ class LogManager:
             removed.close()
             log_dir = removed.dir.parent
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-            try:
+            with self.failure_channel.io_errors(
+                log_dir, f"Error while deleting log for {topic}-{partition} in dir {log_dir}"
+            ):
                 removed.dir.rename(doomed)
                 fsync_dir(log_dir)
-            except OSError as e:
-                message = f"Error while deleting log for {topic}-{partition} in dir {log_dir}"
-                self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
-                raise KafkaStorageError(f"{message}: {e}") from e
             shutil.rmtree(doomed, ignore_errors=True)
             log.info("deleted log for %s-%d from %s", topic, partition, log_dir)
             self._write_checkpoints(log_dir)
@@ -238,11 +231,10 @@ class LogManager:
                 if self.is_offline(log_dir):
                     continue
                 offsets = {tp: value(lg) for tp, lg in self._logs_in(log_dir).items()}
-                try:
+                with self.failure_channel.io_errors(
+                    log_dir, f"Error while writing {name} in dir {log_dir}", reraise=False
+                ):
                     OffsetCheckpointFile(log_dir / name).write(offsets)
-                except OSError as e:
-                    message = f"Error while writing {name} in dir {log_dir}"
-                    self.failure_channel.maybe_add_offline_log_dir(log_dir, message, e)
 
     def checkpoint_high_watermarks(self) -> None:
         self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark)
@@ -314,13 +306,11 @@ class LogManager:
                     lg.take_producer_snapshot()  # SPEC 5.4: the next start replays no batch header
                 lg.close()
             for log_dir in self.online_log_dirs:
-                try:
+                with self.failure_channel.io_errors(
+                    log_dir, f"Error while shutting down {log_dir}", reraise=False
+                ):
                     (log_dir / CLEAN_SHUTDOWN_FILE).touch()
                     fsync_dir(log_dir)
-                except OSError as e:
-                    self.failure_channel.maybe_add_offline_log_dir(
-                        log_dir, f"Error while shutting down {log_dir}", e
-                    )
             self._logs.clear()
             offline = sorted(str(d) for d in self.failure_channel.offline_dirs)
             if offline:
