@@ -95,13 +95,14 @@ def run_verification(
     ``fast_start`` picks the settings of a session the job builds itself
     (:func:`verify.session.build_session`): True is the fast-start JVM with the small-input
     Spark settings, False the throughput JVM with Spark's defaults, None chooses by the size of
-    the input (:func:`choose_fast_start`)."""
+    the input (below :data:`FAST_START_MAX_INPUT_BYTES` of ledger and segments: fast-start)."""
     report_dir = Path(report_dir)
     dirs = split_log_dirs(log_dirs)
     if not bootstrap and not dirs:
         raise ValueError("nothing to verify against: give the bootstrap servers, the log dirs, or both")
     say = progress or _quiet
     timings = Timings()
+    small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -112,7 +113,8 @@ def run_verification(
         say(f"starting Spark ({master})")
         with timings.measure("spark_start"):
             if fast_start is None:
-                fast_start = choose_fast_start(report_dir, dirs)
+                # MACHINE-NOTES' fast-start JVM wins below the line, the throughput JVM above it
+                fast_start = small_input
             jvm = "fast-start" if fast_start else "throughput"
             say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")
             if fast_start:
@@ -129,7 +131,6 @@ def run_verification(
 
         register(spark)
     try:
-        small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
         return _run(
             spark,
             report_dir,
@@ -158,12 +159,6 @@ def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             total += path.stat().st_size
     return total
-
-
-def choose_fast_start(report_dir: Path, log_dirs: Sequence[str]) -> bool:
-    """MACHINE-NOTES' fast-start JVM below :data:`FAST_START_MAX_INPUT_BYTES` of input, the
-    throughput JVM above: measured on this machine, each wins on its side of that line."""
-    return input_bytes(report_dir, log_dirs) < FAST_START_MAX_INPUT_BYTES
 
 
 def _empty(spark: Any, ddl: str) -> Any:
