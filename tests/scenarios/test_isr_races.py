@@ -50,11 +50,9 @@ class RacyIsrStore(MemoryIsrStore):
         if self.fail_before_commit:
             self.fail_before_commit -= 1
             raise ConnectionLoss()
-        current = self.states[tp]
-        if current.zk_version != leader_and_isr.zk_version:
+        written = self.compare_and_set(tp, leader_and_isr)
+        if written is None:
             return None  # BADVERSION
-        written = leader_and_isr.with_zk_version(current.zk_version + 1)
-        self.states[tp] = written
         self.controller_epochs[tp] = controller_epoch
         if self.hold_after_commit is not None:
             await self.hold_after_commit.wait()

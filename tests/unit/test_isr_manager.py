@@ -51,6 +51,10 @@ class MemoryIsrStore:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
+        return self.compare_and_set(tp, leader_and_isr)
+
+    def compare_and_set(self, tp: TopicPartition, leader_and_isr: LeaderAndIsr) -> LeaderAndIsr | None:
+        """ZooKeeper's conditional set: None (BADVERSION) unless the version is the one read."""
         current = self.states[tp]
         if current.zk_version != leader_and_isr.zk_version:
             return None
