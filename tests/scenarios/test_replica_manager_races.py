@@ -13,30 +13,14 @@ import asyncio
 from client.protocol.errors import ErrorCode
 from controller.leader_and_isr_retry import INITIAL_BACKOFF_S, MAX_ATTEMPTS, LeaderAndIsrRetries
 from controller.zk import TopicPartition
-from tests.unit.test_isr_manager import TP, Harness
+from tests.unit.test_isr_manager import TP, Harness, leader_and_isr_request, partition_state_entry
 
 
-def state(topic: str, epoch: int, leader: int = 1, isr=(1, 2, 3), partition: int = 0) -> dict:
-    return {
-        "topic": topic,
-        "partition": partition,
-        "controller_epoch": 1,
-        "leader": leader,
-        "leader_epoch": epoch,
-        "isr": list(isr),
-        "zk_version": epoch,
-        "replicas": [1, 2, 3],
-        "is_new": True,
-    }
+def state(topic: str, epoch: int, leader: int = 1, isr=(1, 2, 3)) -> dict:
+    return partition_state_entry(topic, epoch, leader=leader, isr=isr, zk_version=epoch, is_new=True)
 
 
-def request(*states: dict, controller_epoch: int = 1) -> dict:
-    return {
-        "controller_id": 9,
-        "controller_epoch": controller_epoch,
-        "partition_states": list(states),
-        "live_leaders": [],
-    }
+request = leader_and_isr_request
 
 
 def stop_request(topic: str, delete: bool = False) -> dict:

@@ -66,6 +66,38 @@ class MemoryIsrStore:
         self.notifications.append(list(partitions))
 
 
+def partition_state_entry(
+    topic: str,
+    epoch: int,
+    leader: int = 1,
+    isr: tuple[int, ...] = (1, 2, 3),
+    zk_version: int = 0,
+    is_new: bool = False,
+    partition: int = 0,
+) -> dict:
+    """One partition's entry of a LeaderAndIsr request from controller epoch 1, replicas 1, 2, 3."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "controller_epoch": 1,
+        "leader": leader,
+        "leader_epoch": epoch,
+        "isr": list(isr),
+        "zk_version": zk_version,
+        "replicas": [1, 2, 3],
+        "is_new": is_new,
+    }
+
+
+def leader_and_isr_request(*entries: dict, controller_epoch: int = 1) -> dict:
+    return {
+        "controller_id": 9,
+        "controller_epoch": controller_epoch,
+        "partition_states": list(entries),
+        "live_leaders": [],
+    }
+
+
 class Harness:
     def __init__(
         self, tmp_path: Path, min_isr: int = 1, overrides: dict[str, dict[str, str]] | None = None
@@ -99,23 +131,9 @@ class Harness:
 
     async def lead(self, isr=(1, 2, 3), leader=1, epoch=0, zk_version=0, topic="t") -> None:
         self.store.states[TopicPartition(topic, 0)] = LeaderAndIsr(leader, epoch, tuple(isr), zk_version)
-        body = {
-            "controller_id": 9,
-            "controller_epoch": 1,
-            "partition_states": [
-                {
-                    "topic": topic,
-                    "partition": 0,
-                    "controller_epoch": 1,
-                    "leader": leader,
-                    "leader_epoch": epoch,
-                    "isr": list(isr),
-                    "zk_version": zk_version,
-                    "replicas": [1, 2, 3],
-                }
-            ],
-            "live_leaders": [],
-        }
+        body = leader_and_isr_request(
+            partition_state_entry(topic, epoch, leader=leader, isr=isr, zk_version=zk_version)
+        )
         response = await self.rm.become_leader_or_follower(body)
         assert response["partitions"][0]["error_code"] == ErrorCode.NONE
 

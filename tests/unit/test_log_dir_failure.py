@@ -24,7 +24,7 @@ from controller.zk import (
     PartitionReplica,
     TopicPartition,
 )
-from tests.unit.test_isr_manager import TP, Harness
+from tests.unit.test_isr_manager import TP, Harness, leader_and_isr_request, partition_state_entry
 
 REAL_WRITE = os.write
 
@@ -40,24 +40,9 @@ def fail_writes_to(monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
 
 
 def leader_and_isr(topic: str = "t", leader: int = 1, epoch: int = 1, is_new: bool = False) -> dict:
-    return {
-        "controller_id": 9,
-        "controller_epoch": 1,
-        "partition_states": [
-            {
-                "topic": topic,
-                "partition": 0,
-                "controller_epoch": 1,
-                "leader": leader,
-                "leader_epoch": epoch,
-                "isr": [1, 2, 3],
-                "zk_version": 1,
-                "replicas": [1, 2, 3],
-                "is_new": is_new,
-            }
-        ],
-        "live_leaders": [],
-    }
+    return leader_and_isr_request(
+        partition_state_entry(topic, epoch, leader=leader, zk_version=1, is_new=is_new)
+    )
 
 
 async def test_a_failed_append_fails_the_produce_and_takes_the_partition_offline(tmp_path, monkeypatch):
