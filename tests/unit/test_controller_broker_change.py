@@ -7,8 +7,6 @@ in send order instead of going to brokers.
 
 from __future__ import annotations
 
-import pytest
-
 from client.protocol.api import ApiKey
 from controller.events import BrokerChange
 from controller.zk import (
@@ -16,7 +14,6 @@ from controller.zk import (
     TopicPartition,
     ZkBridge,
     broker_id_path,
-    create_persistent_paths,
     get_partition_state,
     partition_state_path,
     register_broker,
@@ -30,15 +27,6 @@ from tests.unit.test_controller_zk_faults import (
 )
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
-
-
-@pytest.fixture
-async def zk(zk_connect: str):
-    bridge = ZkBridge(zk_connect, session_timeout_ms=6000)
-    await bridge.start()
-    await create_persistent_paths(bridge)
-    yield bridge
-    await bridge.close()
 
 
 def partitions_of(api_key: ApiKey, body: dict) -> set[TopicPartition]:

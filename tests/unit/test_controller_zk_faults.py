@@ -34,7 +34,6 @@ from controller.zk import (
     TopicPartition,
     ZkBridge,
     broker_id_path,
-    create_persistent_paths,
     delete_topic_path,
     encode_controller_epoch,
     encode_partition_state,
@@ -87,15 +86,6 @@ class FailingZk:
             return await real(*args, **kwargs)
 
         return call
-
-
-@pytest.fixture
-async def zk(zk_connect: str):
-    bridge = ZkBridge(zk_connect, session_timeout_ms=6000)
-    await bridge.start()
-    await create_persistent_paths(bridge)
-    yield bridge
-    await bridge.close()
 
 
 async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 5.0) -> bool:
