@@ -69,6 +69,7 @@ from controller.events import (
     TopicChange,
     TopicDeletion,
     TopicDeletionStopReplicaResponse,
+    retry_of,
 )
 from controller.leader_and_isr_retry import LeaderAndIsrRetries
 from controller.log_dir_failure import LogDirFailureHandler
@@ -158,7 +159,7 @@ class KafkaController:
             self.record,
         )
         self.leader_and_isr_retries = LeaderAndIsrRetries()
-        self._broker_change_failures = 0  # consecutive failed BrokerChange events (retry backoff)
+        self._event_failures: dict[type, int] = {}  # consecutive failures by event type (retry backoff)
         self.events = ControllerEventManager(self._process, name=f"controller-{broker_id}-events")
         #: The broker id in /controller as last read (-1: none); on non-controllers too.
         self.active_controller_id = -1
@@ -195,8 +196,10 @@ class KafkaController:
         self.zk.add_state_listener(self._on_zk_state)
         self.events.start()
         event = self.events.put(Startup(done=asyncio.get_running_loop().create_future()))
-        with contextlib.suppress(Exception):
+        try:
             await event.done
+        except Exception as exc:  # logged by the event manager; a Reelect retries it
+            log.warning("broker %s: controller start-up failed (%s); retrying", self.broker_id, exc)
 
     async def shutdown(self) -> None:
         """Stop processing events and resign; /controller goes when the broker closes its ZooKeeper session."""
@@ -226,8 +229,7 @@ class KafkaController:
         self.batch.new_batch()
         try:
             result = await handler(event)
-            if isinstance(event, BrokerChange):
-                self._broker_change_failures = 0
+            self._event_failures.pop(type(event), None)
             if self._active:
                 self.batch.send(self.context.epoch)
             return result
@@ -243,16 +245,25 @@ class KafkaController:
                 # The znode writes behind what the batch holds were made: the brokers must hear of
                 # them (Kafka's state machines send each step's batch as soon as the step is done).
                 self.batch.send(self.context.epoch)
-                if isinstance(event, BrokerChange):
-                    # It compares /brokers/ids with the context's live brokers, which it changed
-                    # only for the brokers whose handling completed: a retry handles the rest
-                    # (0.1 s doubling to 5 s while it keeps failing).
-                    retry_backoff_s = min(5.0, 0.1 * 2**self._broker_change_failures)
-                    self._broker_change_failures += 1
-                    asyncio.get_running_loop().call_later(retry_backoff_s, self.events.put, BrokerChange())
+            self._retry_later(event)
             raise
         finally:
             self.batch.clear()
+
+    def _retry_later(self, event: ControllerEvent) -> None:
+        """Queue the failed event's retry (0.1 s doubling to 5 s while it keeps failing): the
+        election events always, the others while this broker is the controller. A BrokerChange
+        compares /brokers/ids with the live brokers, which it changed only for the brokers whose
+        handling completed, so its retry handles the rest; any retried event re-registers the
+        watch its failed read may have lost."""
+        retry = retry_of(event)
+        if retry is None or not (self._active or isinstance(retry, Reelect)):
+            return
+        failures = self._event_failures.get(type(event), 0)
+        self._event_failures[type(event)] = failures + 1
+        backoff_s = min(5.0, 0.1 * 2**failures)
+        log.info("controller event %s failed; %s again in %.1f s", event.name, retry.name, backoff_s)
+        asyncio.get_running_loop().call_later(backoff_s, self.events.put, retry)
 
     def _handlers(self) -> dict[type, Callable]:
         return {

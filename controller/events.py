@@ -144,6 +144,22 @@ class AutoPreferredReplicaLeaderElection(ControllerEvent):
     """The periodic leader-imbalance check (auto.leader.rebalance.enable)."""
 
 
+def retry_of(event: ControllerEvent) -> ControllerEvent | None:
+    """The event that does again what a failed ``event`` left undone, or None when a failure
+    needs no retry. Every event retried here re-reads ZooKeeper and re-registers its watch, so
+    running it twice is harmless, and a watch lost with a failed read is set again (Kafka
+    relies on its ZooKeeper client never surfacing a connection drop; ours can still surface
+    one after ``retry_timeout_s`` or a session expiry: docs/design.md "The controller under
+    ZooKeeper blips")."""
+    if isinstance(event, Startup | Reelect | ControllerChange):
+        return Reelect()
+    if isinstance(event, PartitionModifications):
+        return PartitionModifications(topic=event.topic)
+    if isinstance(event, _RE_READ_EVENTS):
+        return type(event)()
+    return None
+
+
 class ControllerEventManager:
     """One queue, one task. ``put`` must be called on the event loop."""
 
@@ -209,3 +225,15 @@ class ControllerEventManager:
                 event.complete(result)
             finally:
                 self.current = None
+
+
+#: Events whose handler re-reads its znode and re-registers its watch (see :func:`retry_of`).
+_RE_READ_EVENTS = (
+    BrokerChange,
+    TopicChange,
+    TopicDeletion,
+    IsrChangeNotification,
+    LogDirEventNotification,
+    PartitionReassignment,
+    PreferredReplicaElection,
+)

@@ -26,11 +26,13 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
+    SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
@@ -390,13 +392,32 @@ class ZkBridge:
 
     Kazoo drops every watch when the connection drops and fires it with an event of type
     ``EventType.NONE``: watchers must treat that as "re-read and re-register".
+
+    A request that fails with ConnectionLoss is sent again once kazoo has reconnected to the
+    same session (Kafka's ZooKeeperClient.retryRequestsUntilConnected), so a connection drop
+    never reaches the callers and a watch-registering read always registers its watch. Two
+    outcomes still reach them: SessionExpiredError (the session ended: the drop cost the
+    ephemeral znodes and the watches, and resending into a new session would be wrong) and
+    ConnectionLoss after ``retry_timeout_s`` without a connection (default: the session timeout,
+    after which the session is gone at the server anyway). A resent write may have landed the
+    first time: creates can then answer NodeExists, conditional sets BadVersion, deletes NoNode,
+    and each caller that writes checks what ZooKeeper holds (Kafka's checkedEphemeralCreate,
+    checkControllerAndEpoch, checkLeaderAndIsrZkData); see docs/design.md "The ZooKeeper client
+    layer".
     """
 
     def __init__(
-        self, connect: str, session_timeout_ms: int = 18000, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        loop: asyncio.AbstractEventLoop | None = None,
+        retry_timeout_s: float | None = None,
     ) -> None:
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
+        self.retry_timeout_s = session_timeout_ms / 1000.0 if retry_timeout_s is None else retry_timeout_s
+        #: requests sent again after a ConnectionLoss (a metric for tests and operators)
+        self.resent_requests = 0
         self._loop = loop
         self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
         self._listeners: list[Callable[[str], None]] = []
@@ -483,6 +504,36 @@ class ZkBridge:
         except Exception:
             log.exception("ZooKeeper watch on %s failed", event.path)
 
+    async def _call(self, what: str, send: Callable[[], Any]) -> Any:
+        """Send a request (``send`` returns kazoo's async result) and await its answer, sending it
+        again after a ConnectionLoss once the same session is connected again."""
+        session = self.session_id
+        while True:
+            try:
+                return await self._await(send())
+            except ConnectionLoss:
+                if self._closed:
+                    raise
+                await self._wait_connected(what)
+                if self.session_id != session:
+                    raise SessionExpiredError(
+                        f"{what}: the session ended while the request was unanswered"
+                    ) from None
+                self.resent_requests += 1
+                log.info("ZooKeeper %s: connection lost before the answer; sending it again", what)
+
+    async def _wait_connected(self, what: str) -> None:
+        """Until kazoo is connected again (its ``connected`` flag is cleared before it fails the
+        requests in flight), at most ``retry_timeout_s``; then ConnectionLoss is raised."""
+        loop = self.loop
+        deadline = loop.time() + self.retry_timeout_s
+        while not self.client.connected:
+            if self._closed:
+                raise ConnectionLoss(f"{what}: the ZooKeeper client was closed")
+            if loop.time() >= deadline:
+                raise ConnectionLoss(f"{what}: no ZooKeeper connection for {self.retry_timeout_s:g} s")
+            await asyncio.sleep(0.02)
+
     async def _await(self, async_result: Any) -> Any:
         loop = self.loop
         future: asyncio.Future = loop.create_future()
@@ -503,7 +554,9 @@ class ZkBridge:
         self, path: str, watch: Callable[[WatchedEvent], None] | None = None
     ) -> tuple[bytes, ZnodeStat] | None:
         try:
-            return await self._await(self.client.get_async(path, watch=self._wrap(watch)))
+            return await self._call(
+                f"get {path}", lambda: self.client.get_async(path, watch=self._wrap(watch))
+            )
         except NoNodeError:
             return None
 
@@ -511,14 +564,18 @@ class ZkBridge:
         self, path: str, watch: Callable[[WatchedEvent], None] | None = None
     ) -> list[str] | None:
         try:
-            return await self._await(self.client.get_children_async(path, watch=self._wrap(watch)))
+            return await self._call(
+                f"get_children {path}", lambda: self.client.get_children_async(path, watch=self._wrap(watch))
+            )
         except NoNodeError:
             return None
 
     async def exists(
         self, path: str, watch: Callable[[WatchedEvent], None] | None = None
     ) -> ZnodeStat | None:
-        return await self._await(self.client.exists_async(path, watch=self._wrap(watch)))
+        return await self._call(
+            f"exists {path}", lambda: self.client.exists_async(path, watch=self._wrap(watch))
+        )
 
     async def create(
         self,
@@ -528,16 +585,19 @@ class ZkBridge:
         sequence: bool = False,
         makepath: bool = False,
     ) -> str:
-        return await self._await(
-            self.client.create_async(path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        return await self._call(
+            f"create {path}",
+            lambda: self.client.create_async(
+                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            ),
         )
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
-        return await self._await(self.client.set_async(path, value, version))
+        return await self._call(f"set {path}", lambda: self.client.set_async(path, value, version))
 
     async def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
         if not recursive:
-            await self._await(self.client.delete_async(path, version))
+            await self._call(f"delete {path}", lambda: self.client.delete_async(path, version))
             return
         for _ in range(10):  # children may be created while we delete
             children = await self.get_children(path)
@@ -545,7 +605,7 @@ class ZkBridge:
                 return
             await asyncio.gather(*(self.delete(f"{path}/{c}", recursive=True) for c in children))
             try:
-                await self._await(self.client.delete_async(path, version))
+                await self._call(f"delete {path}", lambda: self.client.delete_async(path, version))
                 return
             except NoNodeError:
                 return
@@ -554,25 +614,29 @@ class ZkBridge:
         raise NotEmptyError(path)
 
     async def ensure_path(self, path: str) -> None:
-        await self._await(self.client.ensure_path_async(path))
+        await self._call(f"ensure_path {path}", lambda: self.client.ensure_path_async(path))
 
     async def multi(self, ops: Sequence[ZkOp]) -> list:
         """Commit ``ops`` atomically. Kazoo's commit does not raise: it returns RolledBackError for
         the operations before the failing one, the real error for it, RuntimeInconsistency after
         (MACHINE-NOTES). This raises the real error, with ``op_index`` set to the failing op."""
-        transaction = self.client.transaction()
-        for op in ops:
-            if isinstance(op, CheckOp):
-                transaction.check(op.path, op.version)
-            elif isinstance(op, CreateOp):
-                transaction.create(op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
-            elif isinstance(op, SetDataOp):
-                transaction.set_data(op.path, op.value, op.version)
-            elif isinstance(op, DeleteOp):
-                transaction.delete(op.path, op.version)
-            else:
-                raise TypeError(f"not a ZooKeeper op: {op!r}")
-        results = await self._await(transaction.commit_async())
+
+        def send() -> Any:
+            transaction = self.client.transaction()
+            for op in ops:
+                if isinstance(op, CheckOp):
+                    transaction.check(op.path, op.version)
+                elif isinstance(op, CreateOp):
+                    transaction.create(op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
+                elif isinstance(op, SetDataOp):
+                    transaction.set_data(op.path, op.value, op.version)
+                elif isinstance(op, DeleteOp):
+                    transaction.delete(op.path, op.version)
+                else:
+                    raise TypeError(f"not a ZooKeeper op: {op!r}")
+            return transaction.commit_async()
+
+        results = await self._call(f"multi of {len(ops)} ops on {ops[0].path if ops else '-'}", send)
         failures = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
         if failures:
             real = [(i, r) for i, r in failures if not isinstance(r, RolledBackError | RuntimeInconsistency)]
@@ -826,7 +890,10 @@ async def allocate_producer_id_block(
             else:
                 await zk.set(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), got[1].version)
         except (NodeExistsError, BadVersionError):
-            continue
+            # A resent write whose first try landed (Kafka's checkProducerIdBlockZkData): ours.
+            current = await zk.get(PRODUCER_ID_BLOCK_PATH)
+            if current is None or not current[0] or decode_producer_id_block(current[0]) != block:
+                continue
         log.info("broker %d claimed producer id block %d..%d", broker_id, block.block_start, block.block_end)
         return block
     raise RuntimeError(f"could not claim a producer id block in {max_attempts} attempts: too much contention")
