@@ -93,8 +93,8 @@ class KafkaApis:
         # One controller epoch for every controller request (issue 10 finding 10): the replica
         # manager's, checked and raised under the lock LeaderAndIsr and StopReplica hold.
         changed = await self.rm.state_changes.update_metadata(body)
-        if changed is None:
-            request.respond({"error_code": ErrorCode.STALE_CONTROLLER_EPOCH})
+        if isinstance(changed, ErrorCode):
+            request.respond({"error_code": changed})
             return
         self.rm.state_change_log(
             {
@@ -117,7 +117,9 @@ class KafkaApis:
 
     async def handle_controlled_shutdown(self, request: Request) -> None:
         try:
-            remaining = await self.controller.controlled_shutdown(request.body["broker_id"])
+            remaining = await self.controller.controlled_shutdown(
+                request.body["broker_id"], request.body.get("broker_epoch", -1)
+            )
         except KafkaError as exc:
             request.respond({"error_code": exc.code, "remaining_partitions": []})
             return

@@ -31,11 +31,14 @@ class ControlledShutdownSettings:
     request_timeout_ms: int
 
 
-async def controlled_shutdown(broker_id: int, zk: ZkBridge, settings: ControlledShutdownSettings) -> bool:
-    """Ask the controller to move this broker's leaderships away. True when it reports none left."""
+async def controlled_shutdown(
+    broker_id: int, broker_epoch: int, zk: ZkBridge, settings: ControlledShutdownSettings
+) -> bool:
+    """Ask the controller to move this broker's leaderships away. True when it reports none left.
+    ``broker_epoch`` (KIP-380) lets the controller refuse the request of an older incarnation."""
     for attempt in range(1, settings.max_retries + 1):
         try:
-            remaining = await _ask_controller(broker_id, zk, settings.request_timeout_ms / 1000)
+            remaining = await _ask_controller(broker_id, broker_epoch, zk, settings.request_timeout_ms / 1000)
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
                 "[KafkaServer id=%d] controlled shutdown attempt %d/%d failed: %s",
@@ -64,7 +67,9 @@ async def controlled_shutdown(broker_id: int, zk: ZkBridge, settings: Controlled
     return False
 
 
-async def _ask_controller(broker_id: int, zk: ZkBridge, timeout_s: float) -> list[tuple[str, int]]:
+async def _ask_controller(
+    broker_id: int, broker_epoch: int, zk: ZkBridge, timeout_s: float
+) -> list[tuple[str, int]]:
     controller_id = await zkpaths.get_controller_id(zk)
     if controller_id < 0:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected")
@@ -79,7 +84,9 @@ async def _ask_controller(broker_id: int, zk: ZkBridge, timeout_s: float) -> lis
     )
     try:
         response = await connection.request(
-            ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": broker_id}, timeout=timeout_s
+            ApiKey.CONTROLLED_SHUTDOWN,
+            {"broker_id": broker_id, "broker_epoch": broker_epoch},
+            timeout=timeout_s,
         )
     finally:
         connection.close()

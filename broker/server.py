@@ -66,6 +66,7 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._session_lost = False
+        self._registered = asyncio.Event()  # set once registered: requests wait for it
         self._reregistration: asyncio.Task | None = None
         self.port: int | None = None
 
@@ -171,15 +172,22 @@ class BrokerServer:
         )
 
     async def _handle(self, request: Request) -> None:
+        # Kafka starts its processors only once the broker is registered: until then there is
+        # no broker epoch to check a controller request's against (KIP-380).
+        if not self._registered.is_set():
+            await self._registered.wait()
         await self.apis.handle(request)
 
     async def _register(self) -> None:
         advertised_port = self.config.advertised_port or self.port
         if self.config.advertised_port == self.config.listener_port:
             advertised_port = self.port
-        await zkpaths.register_broker(
+        epoch = await zkpaths.register_broker(
             self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms
         )
+        self.replica_manager.broker_epoch = epoch
+        self._registered.set()
+        log.info("[KafkaServer id=%d] registered with broker epoch %d", self.broker_id, epoch)
 
     async def _get_or_create_cluster_id(self) -> str:
         existing = await self.zk.get(CLUSTER_ID_PATH)
@@ -360,6 +368,7 @@ class BrokerServer:
         if controlled and self.config["controlled.shutdown.enable"]:
             await controlled_shutdown(
                 self.broker_id,
+                self.replica_manager.broker_epoch,
                 self.zk,
                 ControlledShutdownSettings(
                     max_retries=self.config["controlled.shutdown.max.retries"],

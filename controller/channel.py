@@ -289,6 +289,7 @@ class ControllerBrokerRequestBatch:
         try:
             for broker_id, entries in sorted(self.leader_and_isr.items()):
                 body = self.leader_and_isr_body(controller_epoch, entries)
+                body["broker_epoch"] = self._broker_epoch(broker_id)
                 self._send(
                     broker_id,
                     ApiKey.LEADER_AND_ISR,
@@ -296,16 +297,14 @@ class ControllerBrokerRequestBatch:
                     lambda b, r, body=body: self._leader_and_isr_callback(b, r, body),
                 )
             for broker_id, partitions in sorted(self.update_metadata.items()):
-                self._send(
-                    broker_id,
-                    ApiKey.UPDATE_METADATA,
-                    self.update_metadata_body(controller_epoch, partitions),
-                    log_response_errors,
-                )
+                body = self.update_metadata_body(controller_epoch, partitions)
+                body["broker_epoch"] = self._broker_epoch(broker_id)
+                self._send(broker_id, ApiKey.UPDATE_METADATA, body, log_response_errors)
             for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
                 body = {
                     "controller_id": self.controller_id,
                     "controller_epoch": controller_epoch,
+                    "broker_epoch": self._broker_epoch(broker_id),
                     "delete_partitions": delete,
                     "partitions": [
                         {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
@@ -315,6 +314,12 @@ class ControllerBrokerRequestBatch:
                 self._send(broker_id, ApiKey.STOP_REPLICA, body, callback)
         finally:
             self.clear()
+
+    def _broker_epoch(self, broker_id: int) -> int:
+        """KIP-380: the addressee's broker epoch as this controller knows it; the broker refuses a
+        request addressed to an older incarnation of itself (STALE_BROKER_EPOCH)."""
+        broker = self.context.live_brokers.get(broker_id)
+        return broker.epoch if broker is not None else -1
 
     def _partition_state(
         self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, replicas: Sequence[int]

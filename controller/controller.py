@@ -210,13 +210,17 @@ class KafkaController:
             await self.channel.shutdown()
             self.channel = None
 
-    async def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]]:
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> list[tuple[str, int]]:
         """Move ``broker_id``'s leaderships away (SPEC 4). Returns the partitions it still leads
         (empty: it may exit). Raises KafkaError NOT_CONTROLLER or BROKER_NOT_AVAILABLE."""
         if not self._active:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
         event = self.events.put(
-            ControlledShutdown(broker_id=broker_id, done=asyncio.get_running_loop().create_future())
+            ControlledShutdown(
+                broker_id=broker_id,
+                broker_epoch=broker_epoch,
+                done=asyncio.get_running_loop().create_future(),
+            )
         )
         return await event.done
 
@@ -1020,6 +1024,13 @@ class KafkaController:
         broker_id = event.broker_id
         if broker_id not in ctx.live_brokers:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
+        live_epoch = ctx.live_brokers[broker_id].epoch
+        if event.broker_epoch != -1 and event.broker_epoch < live_epoch:
+            raise KafkaError(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"controlled shutdown of broker {broker_id} with broker epoch {event.broker_epoch}, "
+                f"older than its registration's {live_epoch}",
+            )
         ctx.shutting_down_broker_ids.add(broker_id)
         self.record("controlled_shutdown", broker=broker_id)
         acting = [

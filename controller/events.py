@@ -137,6 +137,7 @@ class ControlledShutdown(ControllerEvent):
     """A broker asks to move its leaderships away before it exits."""
 
     broker_id: int = -1
+    broker_epoch: int = -1  # KIP-380: -1 = unknown (not checked)
 
 
 @dataclass

@@ -55,10 +55,28 @@ class LeaderAndIsrHandler:
         async with self._state_change_lock:
             return await self._become_leader_or_follower(body)
 
+    def _stale_epoch(self, request: str, body: dict) -> ErrorCode | None:
+        """The checks every controller request passes first: the broker epoch (KIP-380, Kafka's
+        ``KafkaApis.isBrokerEpochStale``: a request addressed to an older incarnation of this
+        broker, queued before it restarted or re-registered, is STALE_BROKER_EPOCH; -1 is
+        "unknown" and passes; a newer one passes, the controller may learn of the registration
+        first) and the controller epoch (Kafka's ``ReplicaManager.controllerEpoch``: a request
+        from a controller older than the newest one heard from is STALE_CONTROLLER_EPOCH;
+        otherwise the epoch is raised to the request's). Refusals are logged."""
+        broker_epoch = body.get("broker_epoch", -1)
+        if broker_epoch != -1 and broker_epoch < self.rm.broker_epoch:
+            self.rm.state_change_log(
+                {
+                    "event": f"{request}Rejected",
+                    "reason": "stale broker epoch",
+                    "broker_epoch": broker_epoch,
+                    "current_broker_epoch": self.rm.broker_epoch,
+                }
+            )
+            return ErrorCode.STALE_BROKER_EPOCH
+        return ErrorCode.STALE_CONTROLLER_EPOCH if self._stale_controller_epoch(request, body) else None
+
     def _stale_controller_epoch(self, request: str, body: dict) -> bool:
-        """The controller-epoch check every controller request makes (Kafka's
-        ``ReplicaManager.controllerEpoch``): True, and logged, if ``body`` comes from a controller
-        older than the newest one heard from; otherwise the epoch is raised to the request's."""
         epoch = body["controller_epoch"]
         if epoch < self.rm.controller_epoch:
             self.rm.state_change_log(
@@ -73,26 +91,24 @@ class LeaderAndIsrHandler:
         self.rm.controller_epoch = epoch
         return False
 
-    async def update_metadata(self, body: dict) -> list[tuple[str, int]] | None:
+    async def update_metadata(self, body: dict) -> list[tuple[str, int]] | ErrorCode:
         """Apply UpdateMetadata to the metadata cache (Kafka's
-        ``ReplicaManager.maybeUpdateMetadataCache``), fenced by the same controller epoch as
-        LeaderAndIsr and StopReplica and serialised with them. Returns the partitions whose
-        state changed, or None if the request is from a stale controller (nothing applied)."""
+        ``ReplicaManager.maybeUpdateMetadataCache``), fenced by the same epochs as LeaderAndIsr
+        and StopReplica and serialised with them. Returns the partitions whose state changed, or
+        the error code of a stale request (nothing applied)."""
         async with self._state_change_lock:
-            if self._stale_controller_epoch("UpdateMetadata", body):
-                return None
+            stale = self._stale_epoch("UpdateMetadata", body)
+            if stale is not None:
+                return stale
             return self.rm.metadata_cache.update(body)
 
     async def _become_leader_or_follower(self, body: dict) -> dict:
-        if self._stale_controller_epoch("LeaderAndIsr", body):
+        stale = self._stale_epoch("LeaderAndIsr", body)
+        if stale is not None:
             return {
-                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
+                "error_code": stale,
                 "partitions": [
-                    {
-                        "topic": s["topic"],
-                        "partition": s["partition"],
-                        "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
-                    }
+                    {"topic": s["topic"], "partition": s["partition"], "error_code": stale}
                     for s in body["partition_states"]
                 ],
             }
@@ -254,12 +270,11 @@ class LeaderAndIsrHandler:
             return self._stop_replicas(body)
 
     def _stop_replicas(self, body: dict) -> dict:
-        if self._stale_controller_epoch("StopReplica", body):
+        stale = self._stale_epoch("StopReplica", body)
+        if stale is not None:
             return {
-                "error_code": ErrorCode.STALE_CONTROLLER_EPOCH,
-                "partitions": [
-                    dict(p, error_code=ErrorCode.STALE_CONTROLLER_EPOCH) for p in body["partitions"]
-                ],
+                "error_code": stale,
+                "partitions": [dict(p, error_code=stale) for p in body["partitions"]],
             }
         results = []
         for entry in body["partitions"]:

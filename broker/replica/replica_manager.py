@@ -66,6 +66,9 @@ class ReplicaManager:
         self.topic_overrides: dict[str, dict[str, str]] = {}  # as written in /config/topics/<t>
         self.topic_configs: dict[str, dict[str, Any]] = {}  # the same, parsed and typed
         self.controller_epoch = -1
+        #: KIP-380: the czxid of this broker's /brokers/ids/<id>, set by the server each time it
+        #: registers; controller requests addressed to an older one are refused.
+        self.broker_epoch = -1
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
         self.fetchers = None  # set by the server: ReplicaFetcherManager (kept optional for unit tests)

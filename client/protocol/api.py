@@ -194,25 +194,29 @@ REQUESTS: dict[ApiKey, Any] = {
         "replica_id": Opt("int", CONSUMER_REPLICA_ID),
         "topics": _topics({"leader_epoch": "int", "current_leader_epoch": Opt("int", -1)}),
     },
+    # KIP-380: broker_epoch is the czxid of the addressee's /brokers/ids/<id>; -1 = unknown.
     ApiKey.LEADER_AND_ISR: {
         "controller_id": "int",
         "controller_epoch": "int",
+        "broker_epoch": Opt("int", -1),
         "partition_states": Array({**PARTITION_STATE, "is_new": Opt("bool", False)}),
         "live_leaders": Array(BROKER_ENDPOINT),
     },
     ApiKey.UPDATE_METADATA: {
         "controller_id": "int",
         "controller_epoch": "int",
+        "broker_epoch": Opt("int", -1),
         "partition_states": Array(PARTITION_STATE),
         "live_brokers": Array(BROKER_ENDPOINT),
     },
     ApiKey.STOP_REPLICA: {
         "controller_id": "int",
         "controller_epoch": "int",
+        "broker_epoch": Opt("int", -1),
         "delete_partitions": "bool",
         "partitions": Array(TOPIC_PARTITION),
     },
-    ApiKey.CONTROLLED_SHUTDOWN: {"broker_id": "int"},
+    ApiKey.CONTROLLED_SHUTDOWN: {"broker_id": "int", "broker_epoch": Opt("int", -1)},
     ApiKey.CREATE_TOPICS: {
         "topics": Array(
             {

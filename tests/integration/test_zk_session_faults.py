@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -224,6 +225,7 @@ def _server(zk: Any, zk_connect: str) -> BrokerServer:
     )
     server.zk = zk
     server.port = 19092
+    server.replica_manager = SimpleNamespace(broker_epoch=-1)  # what registration sets (KIP-380)
     return server
 
 
@@ -256,6 +258,8 @@ async def test_reregistration_after_session_loss_retries_until_registered(
         server._on_zk_state("LOST")
         server._on_zk_state("CONNECTED")
         assert await _registered(bridge) == bridge.session_id
+        registration = await bridge.exists(broker_id_path(BROKER))
+        assert server.replica_manager.broker_epoch == registration.czxid  # KIP-380
         await asyncio.sleep(0.3)  # a retry that is still going would now fail or duplicate
         assert zk.injected == ["create after commit" if after_commit else "create before"]
         assert all(t.done() for t in server._tasks)

@@ -17,8 +17,12 @@ from broker.config import BrokerConfig
 from broker.log import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica.replica_manager import ReplicaManager
-from client.protocol.api import ApiKey
+from client.protocol.api import ApiKey, validate_request
 from client.protocol.errors import ErrorCode
+from controller.channel import ControllerBrokerRequestBatch
+from controller.context import ControllerContext
+from controller.zk import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from controller.zk import TopicPartition as ControllerTopicPartition
 
 
 @dataclass
@@ -162,3 +166,75 @@ async def test_successor_requests_accepted_and_same_epoch_repeats_accepted(tmp_p
     assert broker.cache.partition("t", 0).leader_epoch == 2
     assert (await broker.send(ApiKey.STOP_REPLICA, stop_replica(3)))["error_code"] == ErrorCode.NONE
     assert broker.rm.controller_epoch == 3
+
+
+# -- KIP-380: broker epochs -------------------------------------------------------------------------
+
+
+async def test_requests_addressed_to_a_previous_incarnation_are_refused(tmp_path: Path) -> None:
+    """The broker restarted (or re-registered) and its registration's czxid moved from 100 to 200;
+    requests the controller queued for epoch 100 arrive now. Old code: no broker epoch was
+    checked, the LeaderAndIsr made broker 1 leader of t-0 and the StopReplica was applied."""
+    broker = Broker(tmp_path)
+    broker.rm.broker_epoch = 200
+    cache_before = {t: dict(p) for t, p in broker.cache.partitions.items()}
+
+    answer = await broker.send(ApiKey.LEADER_AND_ISR, dict(leader_and_isr(1, 1), broker_epoch=100))
+    assert answer["error_code"] == ErrorCode.STALE_BROKER_EPOCH == 77
+    assert answer["partitions"][0]["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert ("t", 0) not in broker.rm.partitions
+    answer = await broker.send(ApiKey.UPDATE_METADATA, dict(update_metadata(1, 1, 1), broker_epoch=100))
+    assert answer["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert {t: dict(p) for t, p in broker.cache.partitions.items()} == cache_before
+    answer = await broker.send(ApiKey.STOP_REPLICA, dict(stop_replica(1), broker_epoch=100))
+    assert answer["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert broker.rm.controller_epoch == -1, "a refused request must not raise the controller epoch"
+    assert [c["reason"] for c in broker.state_changes if c["event"].endswith("Rejected")] == [
+        "stale broker epoch"
+    ] * 3
+
+
+async def test_current_newer_and_unknown_broker_epochs_are_accepted(tmp_path: Path) -> None:
+    """Kafka's isBrokerEpochStale: -1 is "unknown" (not checked), and a newer epoch is possible
+    when the controller reads the registration before the broker learns its own czxid."""
+    broker = Broker(tmp_path)
+    broker.rm.broker_epoch = 200
+    for epoch, leader_epoch in ((200, 1), (300, 2), (-1, 3)):
+        answer = await broker.send(
+            ApiKey.LEADER_AND_ISR, dict(leader_and_isr(1, leader_epoch), broker_epoch=epoch)
+        )
+        assert answer["partitions"][0]["error_code"] == ErrorCode.NONE, epoch
+        answer = await broker.send(
+            ApiKey.UPDATE_METADATA, dict(update_metadata(1, 1, leader_epoch), broker_epoch=epoch)
+        )
+        assert answer["error_code"] == ErrorCode.NONE, epoch
+    assert broker.cache.partition("t", 0).leader_epoch == 3
+
+
+def test_controller_requests_carry_the_addressees_broker_epoch() -> None:
+    """KIP-380: each request names the czxid of its addressee's registration as the controller
+    read it (-1 for a broker it does not know). Old code: no broker_epoch field at all."""
+    context = ControllerContext()
+    context.live_brokers[1] = BrokerInfo(1, "h1", 1, epoch=111)
+    context.live_brokers[2] = BrokerInfo(2, "h2", 2, epoch=222)
+    context.assignments["t"] = {0: [1, 2]}
+    tp = ControllerTopicPartition("t", 0)
+    context.partition_leadership[tp] = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 3, (1, 2)), 5)
+    sent: list[tuple[int, ApiKey, dict]] = []
+    batch = ControllerBrokerRequestBatch(9, context, lambda b, k, body, _cb: sent.append((b, k, body)))
+
+    batch.add_leader_and_isr([1, 2], tp, context.partition_leadership[tp], [1, 2])
+    batch.add_stop_replica([2, 7], tp, delete_partition=False)
+    batch.send(controller_epoch=5)
+
+    epochs = {(b, k): body["broker_epoch"] for b, k, body in sent}
+    assert epochs == {
+        (1, ApiKey.LEADER_AND_ISR): 111,
+        (2, ApiKey.LEADER_AND_ISR): 222,
+        (1, ApiKey.UPDATE_METADATA): 111,
+        (2, ApiKey.UPDATE_METADATA): 222,
+        (2, ApiKey.STOP_REPLICA): 222,
+        (7, ApiKey.STOP_REPLICA): -1,
+    }
+    for _, key, body in sent:
+        assert validate_request(key, 0, body)["broker_epoch"] == body["broker_epoch"]
