@@ -12,17 +12,20 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.log import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica.replica_manager import ReplicaManager
 from client.protocol.api import ApiKey, validate_request
-from client.protocol.errors import ErrorCode
+from client.protocol.errors import ErrorCode, KafkaError
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext
-from controller.zk import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from controller.zk import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch, ZkBridge, broker_id_path
 from controller.zk import TopicPartition as ControllerTopicPartition
+from tests.unit.test_controller_zk_faults import start_controller
 
 
 @dataclass
@@ -238,3 +241,21 @@ def test_controller_requests_carry_the_addressees_broker_epoch() -> None:
     }
     for _, key, body in sent:
         assert validate_request(key, 0, body)["broker_epoch"] == body["broker_epoch"]
+
+
+async def test_controlled_shutdown_of_a_previous_incarnation_is_refused(zk: ZkBridge) -> None:
+    """KIP-380 on the controller: a ControlledShutdown whose broker epoch is older than the
+    registration the controller knows is STALE_BROKER_EPOCH, and nothing moves; the current
+    epoch (and -1, unknown) is served."""
+    controller, _recorded = await start_controller(zk, zk, [1, 2])
+    try:
+        epoch = (await zk.exists(broker_id_path(2))).czxid
+        assert controller.context.live_brokers[2].epoch == epoch
+        with pytest.raises(KafkaError) as refused:
+            await controller.controlled_shutdown(2, broker_epoch=epoch - 1)
+        assert refused.value.code == ErrorCode.STALE_BROKER_EPOCH
+        assert 2 not in controller.context.shutting_down_broker_ids
+        assert await controller.controlled_shutdown(2, broker_epoch=epoch) == []
+        assert 2 in controller.context.shutting_down_broker_ids
+    finally:
+        await controller.shutdown()
