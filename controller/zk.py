@@ -890,10 +890,11 @@ async def allocate_producer_id_block(
             else:
                 await zk.set(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), got[1].version)
         except (NodeExistsError, BadVersionError):
-            # A resent write whose first try landed (Kafka's checkProducerIdBlockZkData): ours.
-            current = await zk.get(PRODUCER_ID_BLOCK_PATH)
-            if current is None or not current[0] or decode_producer_id_block(current[0]) != block:
-                continue
+            # Lost the race, or a resent write whose first try landed: claim the next block. A
+            # landed block is never handed out then (1000 ids skipped), but adopting it by its
+            # data, as Kafka's checkProducerIdBlockZkData does, would hand one block out twice
+            # when claims of one broker run concurrently (docs/design.md "The ZooKeeper client layer").
+            continue
         log.info("broker %d claimed producer id block %d..%d", broker_id, block.block_start, block.block_end)
         return block
     raise RuntimeError(f"could not claim a producer id block in {max_attempts} attempts: too much contention")
