@@ -12,8 +12,11 @@ COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY controller ./controller
 COPY client ./client
+COPY devcluster ./devcluster
 COPY chaos ./chaos
+COPY ledger ./ledger
 COPY verify ./verify
+COPY cli ./cli
 RUN pip install --no-cache-dir .
 
 COPY docker/broker-entrypoint.sh /usr/local/bin/broker-entrypoint

@@ -30,10 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 ROUND = r"""
 import json, subprocess, sys
+from pathlib import Path
 from bench.common import bench_cluster, floodmark_command
 records = int(sys.argv[1])
+# The CLI moved from client/cli/ to cli/: a baseline from before that still has the old path.
+main = "cli.main" if Path("cli/main.py").exists() else "client.cli.main"
 with bench_cluster() as cluster:
-    cli = [sys.executable, "-m", "client.cli.main"]
+    cli = [sys.executable, "-m", main]
     boot = ["--bootstrap-server", cluster.bootstrap_servers]
     subprocess.run(cli + ["topics", "create", "--topic", "ab", "--partitions", "6",
                           "--replication-factor", "3", "--config", "min.insync.replicas=2"] + boot,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from chaos.local_cluster import LocalCluster
-from chaos.ports import free_port_block
+from devcluster.cluster import LocalCluster
+from devcluster.ports import free_port_block
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKERS = 3
@@ -33,12 +33,12 @@ def say(message: str) -> None:
 
 
 def floodmark_command() -> list[str]:
-    """The ``floodmark`` console script next to this interpreter, else ``python -m client.cli.main``."""
+    """The ``floodmark`` console script next to this interpreter, else ``python -m cli.main``."""
     script = Path(sys.executable).parent / "floodmark"
     if script.exists():
         return [str(script)]
     found = shutil.which("floodmark")
-    return [found] if found else [sys.executable, "-m", "client.cli.main"]
+    return [found] if found else [sys.executable, "-m", "cli.main"]
 
 
 @contextmanager

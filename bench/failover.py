@@ -38,7 +38,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import CLUSTER_SETTINGS, bench_cluster, say  # noqa: E402
-from chaos.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, ClusterError, LocalCluster  # noqa: E402
+from devcluster.cluster import LocalCluster  # noqa: E402
+from devcluster.errors import ClusterError  # noqa: E402
+from devcluster.state import DEFAULT_SESSION_TIMEOUT_MS  # noqa: E402
 
 TOPIC = "bench-failover"
 PARTITIONS = 3

@@ -1,6 +1,6 @@
 """floodmark's benchmark (``make bench``): Kafka-style perf tools against a local 3-broker cluster.
 
-Starts ZooKeeper and 3 brokers in a temp dir (chaos.local_cluster.LocalCluster on free loopback
+Starts ZooKeeper and 3 brokers in a temp dir (devcluster.cluster.LocalCluster on free loopback
 ports), then runs the ``floodmark perf`` tools as subprocesses, exactly as an operator would:
 
 - ``perf produce --num-records N --record-size 100 --throughput -1`` (unthrottled) on three
@@ -46,7 +46,7 @@ from bench.common import (  # noqa: E402
     say,
 )
 from bench.perf_parse import ConsumeResult, ParseError, ProduceResult, parse_consume, parse_produce  # noqa: E402
-from chaos.local_cluster import LocalCluster  # noqa: E402
+from devcluster.cluster import LocalCluster  # noqa: E402
 
 DEFAULT_RECORDS = 500_000
 QUICK_RECORDS = 50_000
@@ -330,7 +330,7 @@ def render(bench: Bench) -> str:
         "the machine is shared and other work ran concurrently, so single numbers are noisy: compare "
         "the ratios, which come from the same run",
         f"- cluster: ZooKeeper + 3 brokers on loopback, one process each, started by "
-        f"`chaos.local_cluster.LocalCluster`; broker settings {settings}, all else default; "
+        f"`devcluster.cluster.LocalCluster`; broker settings {settings}, all else default; "
         f"topics with {PARTITIONS} partitions; records of {RECORD_SIZE} bytes, no keys",
         f"- {bench.records:,} records per unthrottled run, {bench.rate_records:,} per fixed-rate run, "
         f"{bench.repeat} repeat(s); whole run {bench.elapsed_s:.0f} s",

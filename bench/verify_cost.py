@@ -7,7 +7,7 @@ epoch 0 for the first half of each partition and 1 after), idempotent producer i
 sequences; segment files of at most 256 MiB written straight to broker 1's log dir and copied
 byte for byte to brokers 2 and 3 (what followers hold); ``leader-epoch-checkpoint`` per
 partition and ``replication-offset-checkpoint`` (HW = LEO) per log dir; and the ledger with one
-ack line per record (the same fields as :class:`verify.ledger.LedgerWriter` writes, formatted
+ack line per record (the same fields as :class:`ledger.format.LedgerWriter` writes, formatted
 directly because ``json.dumps`` per line would dominate generation), spread over a simulated
 100-second run with two faults on the timeline.
 

@@ -15,8 +15,8 @@ Disk faults exist on the local backend only, on a cluster started with disk faul
 (``chaos.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
 the docker backend refuses them with FaultUnsupported.
 
-The local backend drives ``chaos.local_cluster.LocalCluster`` (processes on this machine; a
-network partition needs the brokers in network namespaces: see ``chaos.netns``); the docker
+The local backend drives ``devcluster.cluster.LocalCluster`` (processes on this machine; a
+network partition needs the brokers in network namespaces: see ``devcluster.netns``); the docker
 backend drives the compose cluster's containers with the docker CLI (``docker kill``,
 ``docker pause``, ``docker stop``, ``docker network disconnect``).
 """
@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from chaos.local_cluster import LocalCluster
+from devcluster.cluster import LocalCluster
 
 
 class FaultBackend(Protocol):

@@ -1,13 +1,14 @@
 """``floodmark chaos run``: the main job (SPEC 8; issue 4 item 3).
 
-1. Start a local cluster in the data dir unless one runs there (brokers in network namespaces
-   when partitions are asked for and this is root; on faultable disks, chaos/disk.py, when
-   disk-full or disk-error is asked for), or use the docker-compose cluster.
+1. Start a local cluster (devcluster/) in the data dir unless one runs there (brokers in
+   network namespaces when partitions are asked for and this is root; on faultable disks,
+   chaos/disk.py, when disk-full or disk-error is asked for), or use the docker-compose cluster.
 2. Create the topic (partitions, replication factor, min.insync.replicas) if it is missing.
 3. Run the workload (idempotent acks=all producers, every outcome in the ledger), a watcher
    that records every leadership change, and the seeded fault schedule, for ``duration_s``.
 4. Heal everything, wait until every partition has a leader and a full ISR.
-5. Run the Spark verification over the ledger, the committed log and every replica's segments.
+5. Hand the ledger, the bootstrap and every replica's log dirs to the ``verifier`` the caller
+   passed in (cli/ passes the Spark verification job; chaos never imports verify).
 
 The exit status is the verification's: 0 only when nothing acknowledged was lost, nothing was
 duplicated and no two replicas disagree.
@@ -26,14 +27,14 @@ from pathlib import Path
 from chaos.disk import DEFAULT_SIZE as DEFAULT_DISK_SIZE
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
-from chaos.local_cluster import LocalCluster
-from chaos.netns import netns_available
-from chaos.ports import free_port_block
 from chaos.schedule import DISK_FAULT_KINDS, make_schedule
 from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings
 from client.admin import AdminClient
 from client.protocol.errors import ErrorCode, KafkaError
-from verify.ledger import LedgerWriter
+from devcluster.cluster import LocalCluster
+from devcluster.netns import netns_available
+from devcluster.ports import free_port_block
+from ledger.format import LedgerWriter
 
 #: The runner's broker settings: a short session so a pause or a crash is noticed in seconds.
 CHAOS_BROKER_SETTINGS = {
@@ -77,6 +78,9 @@ class ChaosResult:
 
 
 Say = Callable[[str], None]
+#: Checks a finished run: (report dir, bootstrap, log dirs, Spark master, topics, progress) -> ok.
+#: The composition root (cli/) passes one that runs the verification job over the ledger.
+Verifier = Callable[[Path, str, list[str], str, list[str], Say], bool]
 
 
 def _session_timeout_ms(settings: ChaosSettings) -> int:
@@ -147,7 +151,9 @@ async def wait_fully_replicated(bootstrap: str, topic: str, timeout_s: float, sa
     return False
 
 
-async def run_chaos(settings: ChaosSettings, say: Say) -> ChaosResult:
+async def run_chaos(settings: ChaosSettings, say: Say, verifier: Verifier | None = None) -> ChaosResult:
+    """One run; with ``settings.verify`` and a ``verifier``, its verdict is the result's
+    ``verification_ok`` (None when the run was not verified)."""
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     if settings.backend == "local":
         cluster = await asyncio.to_thread(prepare_local_cluster, settings, say)
@@ -236,19 +242,10 @@ async def run_chaos(settings: ChaosSettings, say: Say) -> ChaosResult:
     )
 
     ok: bool | None = None
-    if settings.verify:
-        from verify.job import run_verification
-
-        result = await asyncio.to_thread(
-            run_verification,
-            settings.report_dir,
-            bootstrap,
-            log_dirs,
-            settings.master,
-            topics=[settings.topic],
-            progress=say,
+    if settings.verify and verifier is not None:
+        ok = await asyncio.to_thread(
+            verifier, settings.report_dir, bootstrap, log_dirs, settings.master, [settings.topic], say
         )
-        ok = result.ok
     if settings.stop_cluster and cluster is not None:
         await asyncio.to_thread(cluster.down)
     return ChaosResult(stats.acknowledged, stats.failed, len(schedule), ok, settings.report_dir, stats.errors)

@@ -5,7 +5,7 @@ watcher recording every leadership change it observes.
 Each writer is one idempotent producer. Its values are ``<run>/<writer>/<n>``, unique across
 the run, keyed so they spread over every partition. The send rate is bounded (records per
 second and records in flight), so the brokers keep most of this 2-core machine. Every outcome
-goes to the ledger (verify/ledger.py: the verifier owns the format of what it checks).
+goes to the ledger (ledger/format.py: the format chaos writes and the verifier reads).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from client.admin import AdminClient
 from client.producer import Producer
 from client.protocol.errors import KafkaError
-from verify.ledger import LedgerWriter
+from ledger.format import LedgerWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The admin client (SPEC 6): create, delete, list and describe topics; describe the cluster.
+"""The admin client (Kafka's Admin API, KIP-4): create, delete, list and describe topics; the cluster.
 
 CreateTopics and DeleteTopics go to the controller, as in ZooKeeper-era Kafka: the admin finds
 it in metadata and, on NOT_CONTROLLER (the controller moved) or a lost connection, refreshes
@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from client.metadata import Cluster
+from client.metadata import Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
-from client.types import BrokerInfo, ClusterDescription, NewTopic, PartitionDescription, TopicDescription
+from client.types import ClusterDescription, NewTopic, TopicDescription
 
 log = logging.getLogger(__name__)
 
@@ -234,25 +234,12 @@ class AdminClient:
         with ``error_code`` UNKNOWN_TOPIC_OR_PARTITION and no partitions."""
         wanted = None if names is None else sorted(set(names))
         body = await self._cluster.request_metadata(wanted)
+        brokers = parse_brokers(body)
         found = {}
         for t in body["topics"]:
-            partitions = sorted(
-                (
-                    PartitionDescription(
-                        p["partition"],
-                        p["leader"],
-                        p["leader_epoch"],
-                        list(p["replicas"]),
-                        list(p["isr"]),
-                        list(p.get("offline_replicas") or []),
-                    )
-                    for p in t["partitions"]
-                ),
-                key=lambda d: d.partition,
-            )
-            found[t["topic"]] = TopicDescription(
-                t["topic"], partitions, t["error_code"], bool(t.get("is_internal"))
-            )
+            info = parse_topic(t, brokers)
+            partitions = [info.partitions[i].description() for i in info.partition_ids]
+            found[info.name] = TopicDescription(info.name, partitions, info.error_code, info.is_internal)
         for name in wanted or ():
             if name not in found:
                 found[name] = TopicDescription(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -260,10 +247,7 @@ class AdminClient:
 
     async def describe_cluster(self) -> ClusterDescription:
         body = await self._cluster.request_metadata([])
-        brokers = sorted(
-            (BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack")) for b in body["brokers"]),
-            key=lambda b: b.node_id,
-        )
+        brokers = sorted(parse_brokers(body).values(), key=lambda b: b.node_id)
         return ClusterDescription(body["cluster_id"], body["controller_id"], brokers)
 
     async def api_versions(self) -> list[dict]:

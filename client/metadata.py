@@ -1,9 +1,12 @@
-"""Cluster metadata for clients: the cached Metadata response and a connection pool (SPEC 6).
+"""Cluster metadata for clients: the cached Metadata response and a connection pool.
 
-* :class:`ClusterMetadata` is sans-IO: :meth:`ClusterMetadata.update` folds a Metadata
-  response body (api.py METADATA) into lookups - the leader and leader epoch of a partition,
-  a topic's partitions and which of them are *available* (have a live leader), brokers,
-  controller. It remembers when it was last refreshed and whether it was invalidated.
+* :func:`parse_brokers` and :func:`parse_topic` are the one parser of a Metadata response
+  body, used by the cache below and by :mod:`client.admin`.
+* :class:`ClusterMetadata` (Kafka's ``Metadata`` cache) is sans-IO:
+  :meth:`ClusterMetadata.update` folds a Metadata response body (api.py METADATA) into
+  lookups - the leader and leader epoch of a partition, a topic's partitions and which of them
+  are *available* (have a live leader), brokers, controller. It remembers when it was last
+  refreshed and whether it was invalidated.
 * :class:`Cluster` is what producer, consumer and admin share: it asks any reachable broker
   (known brokers first, then the bootstrap list) for metadata, coalesces concurrent refreshes,
   and keeps one pooled :class:`~client.connection.BrokerConnection` per broker address,
@@ -11,7 +14,8 @@
 
 Metadata is refreshed when it is older than ``metadata_max_age_ms`` and whenever a caller
 :meth:`~Cluster.invalidate` s it: on NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION and
-the other errors of ``errors.INVALIDATES_METADATA``, and on connection loss (SPEC 6).
+the other errors of ``errors.INVALIDATES_METADATA``, and on connection loss. See
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -21,13 +25,12 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from client.bootstrap import format_bootstrap, parse_bootstrap
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
-from client.types import BrokerInfo, TopicPartition
+from client.types import BrokerInfo, PartitionInfo, TopicInfo, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -38,26 +41,31 @@ def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: list[int]
-    isr: list[int]
-    offline_replicas: list[int]
-    error_code: int = 0
+def parse_brokers(body: dict) -> dict[int, BrokerInfo]:
+    """The brokers of a Metadata response body, by node id."""
+    return {
+        b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack")) for b in body["brokers"]
+    }
 
 
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    error_code: int
-    is_internal: bool
-    partitions: dict[int, PartitionInfo]
-    #: Sorted partition ids, and those whose leader is a known broker.
-    partition_ids: list[int]
-    available: list[int]
+def parse_topic(t: dict, brokers: dict[int, BrokerInfo]) -> TopicInfo:
+    """One topic entry of a Metadata response body (``brokers`` decides which partitions are
+    available: their leader is a known broker)."""
+    partitions = {
+        p["partition"]: PartitionInfo(
+            p["partition"],
+            p["leader"],
+            p["leader_epoch"],
+            list(p["replicas"]),
+            list(p["isr"]),
+            list(p.get("offline_replicas") or []),
+            p["error_code"],
+        )
+        for p in t["partitions"]
+    }
+    ids = sorted(partitions)
+    available = [i for i in ids if partitions[i].leader >= 0 and partitions[i].leader in brokers]
+    return TopicInfo(t["topic"], t["error_code"], bool(t.get("is_internal")), partitions, ids, available)
 
 
 class ClusterMetadata:
@@ -75,10 +83,7 @@ class ClusterMetadata:
         self._stale = True
 
     def update(self, body: dict, now_ms: float, requested: Sequence[str] | None = None) -> None:
-        self.brokers = {
-            b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack"))
-            for b in body["brokers"]
-        }
+        self.brokers = parse_brokers(body)
         self.controller_id = body["controller_id"]
         self.cluster_id = body["cluster_id"]
         topics = {} if requested is None else dict(self.topics)
@@ -87,23 +92,7 @@ class ClusterMetadata:
             if t["error_code"] in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION):
                 topics.pop(name, None)
                 continue
-            partitions = {
-                p["partition"]: PartitionInfo(
-                    p["partition"],
-                    p["leader"],
-                    p["leader_epoch"],
-                    list(p["replicas"]),
-                    list(p["isr"]),
-                    list(p.get("offline_replicas") or []),
-                    p["error_code"],
-                )
-                for p in t["partitions"]
-            }
-            ids = sorted(partitions)
-            available = [i for i in ids if partitions[i].leader >= 0 and partitions[i].leader in self.brokers]
-            topics[name] = TopicInfo(
-                name, t["error_code"], bool(t.get("is_internal")), partitions, ids, available
-            )
+            topics[name] = parse_topic(t, self.brokers)
         self.topics = topics
         self.last_response = body
         self.updated_ms = now_ms
@@ -192,6 +181,18 @@ class Cluster:
         self._refreshing: tuple[frozenset[str] | None, asyncio.Future] | None = None
         self._last_refresh_attempt_ms: float | None = None
         self._closed = False
+
+    @classmethod
+    def for_client(cls, bootstrap_servers, config) -> Cluster:
+        """The cluster of a producer or consumer, from the settings their configs share
+        (``client_id``, ``request_timeout_ms``, ``metadata_max_age_ms``, ``retry_backoff_ms``)."""
+        return cls(
+            bootstrap_servers,
+            config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            metadata_max_age_ms=config.metadata_max_age_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:

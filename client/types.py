@@ -1,12 +1,15 @@
-"""Value types the client hands to and gets back from its users (SPEC 6).
+"""Value types the client hands to and gets back from its users, defined once for client/.
 
 Plain immutable records, shaped like the Java client's (``TopicPartition``,
 ``RecordMetadata``, ``ConsumerRecord``, ``NewTopic``, ``TopicDescription`` ...), so code and
-operators that know Kafka recognise them. Nothing here does I/O.
+operators that know Kafka recognise them; and the partition and topic metadata the client
+caches (``PartitionInfo``, ``TopicInfo``, parsed in :mod:`client.metadata`). Nothing here
+does I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -22,7 +25,7 @@ class TopicPartition(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where an acknowledged record landed. ``offset`` is -1 for acks=0 (nothing was acknowledged).
-    ``producer_id`` and ``sequence`` are the idempotent producer's (SPEC 5.4), -1 without it."""
+    ``producer_id`` and ``sequence`` are the idempotent producer's (KIP-98), -1 without it."""
 
     topic: str
     partition: int
@@ -62,6 +65,33 @@ class PartitionDescription:
     replicas: list[int]
     isr: list[int]
     offline_replicas: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo(PartitionDescription):
+    """One partition of a Metadata response, as the client caches it (Kafka's PartitionInfo):
+    the admin's description plus the partition's error code."""
+
+    error_code: int = 0
+
+    def description(self) -> PartitionDescription:
+        """The admin client's view of it (no error code)."""
+        return PartitionDescription(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(PartitionDescription)}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic of a Metadata response, as the client caches it."""
+
+    name: str
+    error_code: int
+    is_internal: bool
+    partitions: dict[int, PartitionInfo]
+    #: Sorted partition ids, and those whose leader is a known broker.
+    partition_ids: list[int]
+    available: list[int]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Shared fixtures: uvloop for every async test, and a real ZooKeeper server (never a fake).
 
-The ZooKeeper fixture starts the Debian package's jars (see chaos/zookeeper.py); when they
+The ZooKeeper fixture starts the Debian package's jars (see devcluster/zookeeper.py); when they
 are missing it fails with the install hint instead of skipping: `make test` installs them.
 """
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from chaos.zookeeper import ZooKeeperProcess, free_port
+from devcluster.ports import free_port
+from devcluster.zookeeper import ZooKeeperProcess
 
 
 def pytest_asyncio_loop_factories(config, item):

@@ -2,7 +2,7 @@
 
 Inputs (column names as the data sources and :mod:`verify.job` build them):
 
-* ``acks`` - the ledger's acknowledged writes (:data:`verify.ledger.LEDGER_DDL` rows of type ack);
+* ``acks`` - the ledger's acknowledged writes (:data:`ledger.format.LEDGER_DDL` rows of type ack);
 * ``committed`` - the committed log (:data:`verify.sources.COMMITTED_DDL`), one row per offset: from
   the live cluster's leaders, or, offline, :func:`committed_from_replicas`;
 * ``replica_rows`` - every replica's records from its segment files (:data:`verify.sources.SEGMENTS_DDL`);

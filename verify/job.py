@@ -1,7 +1,7 @@
 """The verification job (SPEC 8): ledger + committed log + replicas' segment files -> report.
 
 ``run_verification(R, bootstrap, log_dirs)`` reads ``R/ledger.jsonl`` and ``R/events.jsonl``
-(:mod:`verify.ledger`) and
+(:mod:`ledger.format`) and
 
 * with ``bootstrap``: reads the committed log of the live cluster through ``floodmark_committed``
   below high watermarks fixed once at the start with ListOffsets (the same cut for every check);
@@ -43,8 +43,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ledger.format import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
 from verify import checks
-from verify.ledger import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
 from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary

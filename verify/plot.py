@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from verify.ledger import Event
+from ledger.format import Event
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ partition per (broker, topic partition), every framed batch including those that
 Rows are built per batch and handed to Spark as Arrow record batches (``read`` may yield
 ``pyarrow.RecordBatch``), which keeps the per-record Python work to decoding and hashing. A record's
 ``sequence`` is its batch's base sequence plus its index in the batch (mod 2^31), -1 when the
-batch has no producer id; ``value_digest`` is :func:`verify.ledger.value_digest`. A batch whose
+batch has no producer id; ``value_digest`` is :func:`ledger.format.value_digest`. A batch whose
 records cannot be decoded (a corrupt one) still yields one row per offset, with a null digest.
 
 Sources and readers are pickled to Spark's Python workers: files and sockets are opened only
@@ -35,7 +35,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from client.protocol.records import NO_SEQUENCE, BatchHeader
-from verify.ledger import DIGEST_HEX_CHARS, key_text
+from ledger.format import DIGEST_HEX_CHARS, key_text
 
 COMMITTED_SOURCE = "floodmark_committed"
 SEGMENTS_SOURCE = "floodmark_segments"
@@ -64,8 +64,8 @@ def record_fields(batch: bytes | memoryview) -> list[tuple[int, str | None, str 
     The records are read with aiokafka's compiled RecordBatch v2 reader, the codec
     :func:`client.protocol.records.decode_batch` wraps: that wrapper builds a frozen dataclass per
     record, which costs about 1.7 us a record here, six times the decode itself, and this runs
-    for every record of every replica. Digest and key text are :func:`verify.ledger.value_digest`
-    and :func:`verify.ledger.key_text`, inlined for the same reason."""
+    for every record of every replica. Digest and key text are :func:`ledger.format.value_digest`
+    and :func:`ledger.format.key_text`, inlined for the same reason."""
     sha = hashlib.sha256
     return [
         (

@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-from chaos.netns import netns_available
-from chaos.run import ChaosSettings, run_chaos
+from chaos.run import ChaosSettings
 from chaos.schedule import FAULT_KINDS
+from cli.chaos import run_chaos
+from devcluster.netns import netns_available
 
 pytestmark = pytest.mark.integration
 

@@ -22,11 +22,11 @@ from click.testing import CliRunner
 from chaos.disk import mount_type, unavailable_reason
 from chaos.faults import LocalBackend
 from chaos.injector import FaultInjector
-from chaos.local_cluster import LocalCluster
-from chaos.netns import netns_available
-from chaos.ports import free_port_block
 from chaos.schedule import Fault
-from client.cli.main import build_cli
+from cli.main import build_cli
+from devcluster.cluster import LocalCluster
+from devcluster.netns import netns_available
+from devcluster.ports import free_port_block
 from tests.integration.test_local_cluster import wait_for
 
 pytestmark = pytest.mark.integration

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.local_cluster import LocalCluster
-from chaos.ports import free_port_block
+from devcluster.cluster import LocalCluster
+from devcluster.ports import free_port_block
 
 TEST_SETTINGS = {
     "zookeeper.session.timeout.ms": "6000",

@@ -9,11 +9,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from chaos.local_cluster import LocalCluster
 from client.admin import AdminClient
 from client.consumer import Consumer
 from client.producer import Producer
 from client.types import PartitionDescription, TopicDescription, TopicPartition
+from devcluster.cluster import LocalCluster
 from verify.segments import compare_replicas, read_replica
 
 T = TypeVar("T")

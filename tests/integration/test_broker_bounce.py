@@ -5,7 +5,8 @@
 death then a birth, the controller is paused (SIGSTOP) from the kill until the broker has
 registered again, and the dead session's registration is deleted instead of waiting for its
 expiry. After each restart the broker must take its replicas back: every partition led, every
-replica in the ISR, no acknowledged write lost, every replica byte-identical below the HW."""
+replica in the ISR, no acknowledged write lost, every replica byte-identical below the HW. A
+StopReplica addressed to the broker's previous incarnation (KIP-380 broker epoch) is refused."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from chaos.local_cluster import LocalCluster, PortInUse
+from client.connection import BrokerConnection
+from client.protocol.api import ApiKey
+from client.protocol.errors import ErrorCode
+from devcluster.cluster import LocalCluster
+from devcluster.ports import PortInUse
 from tests.integration.cluster_fixtures import start_cluster
 from tests.integration.failover_helpers import (
     assert_replicas_identical,
@@ -54,6 +59,7 @@ async def test_broker_killed_and_restarted_at_once_keeps_its_replicas(cluster) -
         for round_ in range(BOUNCES):
             controller = json.loads(zk.get("/controller")[0])["brokerid"]
             victim = [b for b in (1, 2, 3) if b != controller][round_ % 2]
+            previous_epoch = zk.exists(f"/brokers/ids/{victim}").czxid
             cluster.kill(victim, "KILL")
             cluster.kill(controller, "STOP")
             try:
@@ -63,6 +69,7 @@ async def test_broker_killed_and_restarted_at_once_keeps_its_replicas(cluster) -
                 cluster.kill(controller, "CONT")
             await eventually(lambda: _healthy(cluster), f"every replica in the ISR after bounce {round_ + 1}")
             await writer.acked_more_than(len(writer.acked))
+            assert await _stop_replica_answer(zk, victim, previous_epoch) == ErrorCode.STALE_BROKER_EPOCH
     finally:
         zk.stop()
         await writer.stop()
@@ -74,6 +81,29 @@ async def test_broker_killed_and_restarted_at_once_keeps_its_replicas(cluster) -
     lost = [(p, o, v) for p, o, v in writer.acked if stored.get((p, o)) != v]
     assert not lost, f"{len(lost)} of {len(writer.acked)} acknowledged records lost, e.g. {lost[:3]}"
     assert_replicas_identical(cluster, TOPIC, await high_watermarks(cluster, TOPIC, PARTITIONS))
+
+
+async def _stop_replica_answer(zk: KazooClient, broker_id: int, broker_epoch: int) -> int:
+    """KIP-380: a StopReplica (with delete) of every partition, addressed to the broker's previous
+    incarnation and sent with the current controller epoch, must be refused, not applied."""
+    registration = json.loads(zk.get(f"/brokers/ids/{broker_id}")[0])
+    controller_epoch = int(zk.get("/controller_epoch")[0])
+    connection = await BrokerConnection.open(registration["host"], registration["port"], "bounce-test", 5.0)
+    try:
+        response = await connection.request(
+            ApiKey.STOP_REPLICA,
+            {
+                "controller_id": json.loads(zk.get("/controller")[0])["brokerid"],
+                "controller_epoch": controller_epoch,
+                "broker_epoch": broker_epoch,
+                "delete_partitions": True,
+                "partitions": [{"topic": TOPIC, "partition": p} for p in range(PARTITIONS)],
+            },
+            timeout=5.0,
+        )
+    finally:
+        connection.close()
+    return response["error_code"]
 
 
 def restart_at_once(cluster: LocalCluster, broker_id: int) -> None:

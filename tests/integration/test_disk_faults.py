@@ -23,9 +23,9 @@ from kafka.record.memory_records import MemoryRecords
 from kazoo.client import KazooClient
 
 from chaos.disk import unavailable_reason
-from chaos.local_cluster import LocalCluster
-from chaos.ports import free_port_block
 from client.producer import Producer
+from devcluster.cluster import LocalCluster
+from devcluster.ports import free_port_block
 from tests.integration.cluster_fixtures import TEST_SETTINGS
 from tests.integration.failover_helpers import (
     create_topic,

@@ -20,7 +20,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker.replica.isr_manager import ZkIsrStore
-from chaos.local_cluster import HOST, LocalCluster
 from client.admin import AdminClient
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
@@ -28,6 +27,8 @@ from client.protocol.errors import ErrorCode
 from client.protocol.records import build_batch, decode_records
 from controller import zk as zkpaths
 from controller.zk import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition, ZkBridge
+from devcluster.cluster import LocalCluster
+from devcluster.ports import HOST
 from tests.integration.cluster_fixtures import start_cluster
 
 pytestmark = pytest.mark.integration

@@ -27,9 +27,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from chaos.local_cluster import ClusterError, LocalCluster, PortInUse, render_properties
-from chaos.zookeeper import free_port
-from client.cli.main import build_cli
+from cli.main import build_cli
+from devcluster.cluster import LocalCluster
+from devcluster.errors import ClusterError
+from devcluster.ports import PortInUse, free_port
+from devcluster.state import render_properties
 
 pytestmark = pytest.mark.integration
 

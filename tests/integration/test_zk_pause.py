@@ -14,8 +14,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from chaos.faults import LocalBackend
-from chaos.local_cluster import LocalCluster
-from chaos.zookeeper import ruok
+from devcluster.cluster import LocalCluster
+from devcluster.zookeeper import ruok
 from tests.integration.cluster_fixtures import start_cluster
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client.accumulator import BATCH_OVERHEAD, RecordAccumulator, estimate_record_size
+from client.producer.accumulator import BATCH_OVERHEAD, RecordAccumulator, estimate_record_size
 from client.types import TopicPartition
 
 A = TopicPartition("t", 0)

@@ -227,7 +227,7 @@ def test_the_chaos_tests_seed_holds_every_kind_in_a_minute():
 
 
 def test_the_demo_seed_holds_every_kind_in_ninety_seconds():
-    from client.cli.demo import DEMO_SEED
+    from cli.demo import DEMO_SEED
 
     assert {f.kind for f in make_schedule(DEMO_SEED, 90, FAULT_KINDS, 6, pause_s=9.0)} == set(FAULT_KINDS)
 
@@ -286,8 +286,8 @@ def test_the_docker_backend_refuses_zk_pause():
 def test_chaos_run_accepts_zk_pause_and_refuses_it_on_docker(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from client.cli import chaos as chaos_cli
-    from client.cli.main import build_cli
+    from cli import chaos as chaos_cli
+    from cli.main import build_cli
 
     seen = []
 

@@ -22,12 +22,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from chaos.zookeeper import free_port
-from client.cli import perf, topics
-from client.cli.common import BOOTSTRAP_ENV, CliError, client_kwargs, resolve_bootstrap, run
-from client.cli.main import build_cli
-from client.cli.produce import split_key
+from cli import perf, topics
+from cli.common import BOOTSTRAP_ENV, CliError, client_kwargs, resolve_bootstrap, run
+from cli.main import build_cli
+from cli.produce import split_key
 from client.protocol.errors import ErrorCode, KafkaError
+from devcluster.ports import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +99,7 @@ def test_the_command_tree_has_the_documented_forms() -> None:
 
 def test_console_script_is_declared() -> None:
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert 'floodmark = "client.cli.main:main"' in pyproject
+    assert 'floodmark = "cli.main:main"' in pyproject
 
 
 # -- bootstrap resolution ------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Three sections of docs/operations.md sit between ``<!-- BEGIN generated: NAME --
 ``<!-- END generated: NAME -->`` markers and are produced by this module from the code:
 
 - ``cli``: every ``floodmark`` command and option, walked from the click tree
-  (``client.cli.main.build_cli``), with the same option text ``--help`` prints;
+  (``cli.main.build_cli``), with the same option text ``--help`` prints;
 - ``broker-config``: every key of ``broker.config.BROKER_PROPERTIES`` with its type, default,
   valid values and meaning (:data:`MEANINGS`, else the property's own ``doc``);
 - ``topic-config``: every topic-level override of ``broker.config.TOPIC_TO_BROKER``.
@@ -184,7 +184,7 @@ def walk(
 
 
 def cli_tree() -> list[tuple[tuple[str, ...], click.Command, click.Context]]:
-    from client.cli.main import build_cli
+    from cli.main import build_cli
 
     return list(walk(build_cli(), ("floodmark",), None))
 

@@ -11,8 +11,8 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from client import Producer
-from client.accumulator import NO_PRODUCER_ID, NO_SEQUENCE, RecordAccumulator
 from client.producer import ProducerConfig
+from client.producer.accumulator import NO_PRODUCER_ID, NO_SEQUENCE, RecordAccumulator
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition

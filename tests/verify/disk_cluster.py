@@ -7,7 +7,7 @@ epoch stamped, producer sequences checked, epoch cache updated) and the follower
 leader's bytes with ``append_as_follower``, as replica fetchers do. ``append_unchecked`` plays
 a buggy leader: it stamps offsets and epoch itself and appends as a follower everywhere, so
 batches a correct leader would refuse (sequences out of order) reach the log. Every acknowledged
-record can go to a :class:`verify.ledger.LedgerWriter`. ``checkpoint`` writes each log dir's
+record can go to a :class:`ledger.format.LedgerWriter`. ``checkpoint`` writes each log dir's
 ``replication-offset-checkpoint`` with the broker's own checkpoint code.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from broker.log.checkpoint import OffsetCheckpointFile
 from broker.log.log import Log, LogConfig
 from client.protocol.records import build_batch, iter_batches, set_base_offset, set_partition_leader_epoch
-from verify.ledger import LedgerWriter
+from ledger.format import LedgerWriter
 
 T0_MS = 1_700_000_000_000
 

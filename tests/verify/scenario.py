@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ledger.format import LedgerWriter
 from tests.verify.disk_cluster import DiskCluster
-from verify.ledger import LedgerWriter
 
 TOPIC = "t"
 PARTITIONS = (0, 1)

@@ -10,11 +10,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from client.cli import verify as verify_cmd
-from client.cli.common import BOOTSTRAP_ENV
-from client.cli.main import build_cli
+from cli import verify as verify_cmd
+from cli.common import BOOTSTRAP_ENV
+from cli.main import build_cli
+from ledger.format import LEDGER_FILE
 from tests.verify import scenario as sc
-from verify.ledger import LEDGER_FILE
 
 
 def cli() -> click.Group:

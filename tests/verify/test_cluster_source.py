@@ -15,10 +15,10 @@ import pytest
 
 from client.admin import AdminClient
 from client.producer import Producer
+from ledger.format import LedgerWriter, value_digest
 from tests.integration.cluster_fixtures import start_cluster
 from verify.fetch import partition_offsets
 from verify.job import run_verification
-from verify.ledger import LedgerWriter, value_digest
 from verify.sources import COMMITTED_SOURCE
 
 pytestmark = pytest.mark.integration

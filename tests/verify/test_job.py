@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ledger.format import value_digest
 from tests.verify import scenario as sc
 from verify.job import run_verification
-from verify.ledger import value_digest
 from verify.report import CHECKS
 
 TOPIC = sc.TOPIC

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verify.ledger import (
+from ledger.format import (
     EVENTS_FILE,
     LEDGER_FILE,
     Ack,

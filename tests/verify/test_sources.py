@@ -13,8 +13,8 @@ from typing import Any
 
 from kafka.record.memory_records import MemoryRecords
 
+from ledger.format import key_text, value_digest
 from tests.verify import scenario as sc
-from verify.ledger import key_text, value_digest
 from verify.sources import SEGMENTS_SOURCE
 
 

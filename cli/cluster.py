@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from client.cli.common import DEFAULT_DATA_DIR, CliError, parse_pairs
+from cli.common import DEFAULT_DATA_DIR, CliError, parse_pairs
 
 data_dir_option = click.option(
     "--data-dir",
@@ -30,8 +30,8 @@ data_dir_option = click.option(
 def _runner_errors() -> Iterator[None]:
     """The runner's failures as CliError: first line is the error, any log tail follows indented."""
     from chaos.disk import DiskError
-    from chaos.local_cluster import ClusterError
-    from chaos.zookeeper import ZooKeeperUnavailable
+    from devcluster.errors import ClusterError
+    from devcluster.zookeeper import ZooKeeperUnavailable
 
     try:
         yield
@@ -113,7 +113,7 @@ def up(
 ) -> None:
     """Start ZooKeeper and N brokers; wait until all are registered and a controller is elected."""
     from chaos.disk import DEFAULT_SIZE
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     if disk_size is not None and not disk_faults:
         raise click.UsageError("--disk-size needs --disk-faults")
@@ -138,7 +138,7 @@ def up(
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(data_dir: Path, as_json: bool) -> None:
     """Show each broker's process, ZooKeeper registration and controller role."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     with _runner_errors():
         report = LocalCluster.load(data_dir).status()
@@ -184,7 +184,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
 )
 def down(data_dir: Path, timeout: float) -> None:
     """Stop every broker (SIGINT: a clean stop without controlled shutdown; SIGKILL after --timeout), then ZooKeeper; keep the data."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).down(timeout=timeout)
@@ -203,7 +203,7 @@ def down(data_dir: Path, timeout: float) -> None:
 )
 def kill(broker_id: int, data_dir: Path, signal_name: str) -> None:
     """Send a signal to broker ID."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).kill(broker_id, signal_name.upper())
@@ -216,7 +216,7 @@ def kill(broker_id: int, data_dir: Path, signal_name: str) -> None:
 def isolate(broker_id: int, data_dir: Path, heal: bool) -> None:
     """Cut broker ID off the network (ZooKeeper, other brokers, clients); --heal reconnects it.
     Needs a cluster started with `cluster up --netns`."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).isolate(broker_id, cut=not heal)
@@ -234,7 +234,7 @@ def isolate(broker_id: int, data_dir: Path, heal: bool) -> None:
 )
 def start(broker_id: int, data_dir: Path, timeout: float) -> None:
     """Restart a stopped or killed broker with its config and data."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     with _runner_errors():
         LocalCluster.load(data_dir, progress=_echo).start(broker_id, timeout=timeout)
@@ -257,7 +257,7 @@ def disk(broker_id: int, data_dir: Path, action: str | None) -> None:
     """Fill broker ID's disk (--full), make it fail (--error), or heal it (--heal). Needs a cluster
     started with `cluster up --disk-faults`. A broker whose log dir failed halts (KIP-112): after
     --heal, `cluster start ID` brings it back."""
-    from chaos.local_cluster import LocalCluster
+    from devcluster.cluster import LocalCluster
 
     if action is None:
         raise click.UsageError("say what to do to the disk: --full, --error or --heal")

@@ -1,17 +1,26 @@
-"""A real ZooKeeper server process from the Debian ``zookeeper`` package's jars (SPEC 1).
+"""The local cluster's ZooKeeper: a real ``ZooKeeperServerMain`` process from the Debian
+``zookeeper`` package's jars, and the runner's read-only views of it (``/brokers/ids``,
+``/controller``, ``/controller_epoch``: the znodes Kafka's ``KafkaZkClient`` reads for the same
+questions; docs/architecture.md).
 
-Used by the local cluster runner and by the test fixtures alike; never a fake. The
-class path and flags are the ones MACHINE-NOTES checked on this machine.
+Used by the local cluster runner and by the test fixtures alike; never a fake.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from devcluster.errors import ClusterError
+from devcluster.ports import HOST
 
 JAR_DIR = Path("/usr/share/java")
 JARS = (
@@ -116,12 +125,6 @@ class ZooKeeperProcess:
                 self.process.wait()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -130,3 +133,46 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# What the runner reads from ZooKeeper
+# ---------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def zk_session(port: int, timeout: float = 30.0) -> Iterator[Any]:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=f"{HOST}:{port}", timeout=timeout)
+    try:
+        client.start(timeout)
+    except Exception as exc:  # kazoo raises its own timeout class
+        client.close()
+        raise ClusterError(f"cannot open a ZooKeeper session on {HOST}:{port}: {exc}") from None
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def registered_ids(client: Any) -> set[int]:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return {int(child) for child in client.get_children("/brokers/ids") if child.isdigit()}
+    except NoNodeError:
+        return set()
+
+
+def controller_of(client: Any) -> tuple[int | None, int | None]:
+    """(controller broker id, controller epoch) as ZooKeeper holds them; None where missing."""
+    from kazoo.exceptions import NoNodeError
+
+    controller_id = epoch = None
+    with suppress(NoNodeError, ValueError, KeyError, TypeError):
+        controller_id = int(json.loads(client.get("/controller")[0])["brokerid"])
+    with suppress(NoNodeError, ValueError):
+        epoch = int(client.get("/controller_epoch")[0])
+    return controller_id, epoch

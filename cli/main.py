@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from client.cli import chaos, cluster, consume, demo, perf, produce, topics, verify
-from client.cli.common import CliError
+from cli import chaos, cluster, consume, demo, perf, produce, topics, verify
+from cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
 EXPECTED = (OSError, TimeoutError, ValueError)
@@ -99,7 +99,7 @@ def build_cli() -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point (``floodmark = client.cli.main:main``)."""
+    """Console-script entry point (``floodmark = cli.main:main``)."""
     try:
         build_cli().main(args=argv, prog_name="floodmark")
     except KeyboardInterrupt:  # outside a command, e.g. while click parses

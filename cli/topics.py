@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from client.cli.common import bootstrap_option, close_quietly, parse_pairs, resolve_bootstrap, run
+from cli.common import bootstrap_option, close_quietly, parse_pairs, resolve_bootstrap, run
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from client.cli.common import (
+from cli.common import (
     ACKS_CHOICE,
     CliError,
     acks_value,

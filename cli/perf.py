@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from client.cli.common import (
+from cli.common import (
     ACKS_CHOICE,
     CliError,
     acks_value,

@@ -1,6 +1,7 @@
 """``floodmark chaos run`` (SPEC 7, 8; issue 4 item 3): a workload under a seeded fault schedule,
 then the Spark verification. The CLI is the operator's composition root, so this command
-imports the chaos runner (inside the function, like ``cluster``).
+imports the chaos runner (inside the function, like ``cluster``) and is the one place that hands
+it the verification job (:func:`run_chaos`): chaos and verify never import each other.
 
 Exit codes: 0 when the verification found nothing, 3 when it found a violation (as
 ``floodmark verify``), 1 when the run could not be carried out (one ``Error:`` line).
@@ -14,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from client.cli.common import CliError, parse_pairs, run
+from cli.common import CliError, parse_pairs, run
 
 if TYPE_CHECKING:
-    from chaos.run import ChaosResult, ChaosSettings
+    from chaos.run import ChaosResult, ChaosSettings, Say
 
 VIOLATIONS_EXIT = 3
 
@@ -26,14 +27,31 @@ def say(message: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {message}", err=True)
 
 
+def verify_run(
+    report_dir: Path, bootstrap: str, log_dirs: list[str], master: str, topics: list[str], progress: Say
+) -> bool:
+    """The chaos runner's verifier: the Spark verification job over the run's ledger, the
+    committed log and every replica's segments. Here, in the composition root, because chaos and
+    verify never import each other."""
+    from verify.job import run_verification
+
+    return run_verification(report_dir, bootstrap, log_dirs, master, topics=topics, progress=progress).ok
+
+
+async def run_chaos(settings: ChaosSettings, progress: Say) -> ChaosResult:
+    """``chaos.run.run_chaos`` with the verification job wired in (``settings.verify`` decides)."""
+    from chaos.run import run_chaos as run_faults
+
+    return await run_faults(settings, progress, verifier=verify_run)
+
+
 def _run_reporting_runner_errors(settings: ChaosSettings) -> ChaosResult:
     """The run; the local runner's failures (a broker that does not start, a disk that cannot be
     mounted) as one ``Error:`` line."""
     from chaos.disk import DiskError
     from chaos.faults import FaultUnsupported
-    from chaos.local_cluster import ClusterError
-    from chaos.run import run_chaos
-    from chaos.zookeeper import ZooKeeperUnavailable
+    from devcluster.errors import ClusterError
+    from devcluster.zookeeper import ZooKeeperUnavailable
 
     try:
         return run(run_chaos(settings, say))

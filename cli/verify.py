@@ -11,7 +11,7 @@ are given, the job runs offline too, and says so.
 Progress goes to stderr, the verdict and counts to stdout. Exit codes: 0 when every check passed,
 3 when any check found a violation, 1 when the job could not run (one ``Error:`` line). Like the
 other commands, the heavy imports (pyspark) happen inside the function. Wire it into the CLI with
-``cli.add_command(verify.verify)`` in :mod:`client.cli.main`.
+``cli.add_command(verify.verify)`` in :mod:`cli.main`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from client.cli.common import DEFAULT_DATA_DIR, STATE_FILE, CliError, bootstrap_option, resolve_bootstrap
+from cli.common import DEFAULT_DATA_DIR, STATE_FILE, CliError, bootstrap_option, resolve_bootstrap
 
 VIOLATIONS_EXIT = 3
 

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from client.cli.common import (
+from cli.common import (
     binary_stream,
     bootstrap_option,
     client_kwargs,

@@ -1,4 +1,4 @@
-"""The producer's record accumulator: per-partition batches, sans-IO (SPEC 6).
+"""The producer's record accumulator: per-partition batches, sans-IO.
 
 Kafka's RecordAccumulator reduced to its rules, with every time passed in as an argument so a
 fake clock drives the unit tests:
@@ -17,7 +17,7 @@ fake clock drives the unit tests:
 * :meth:`expire` removes batches (not in flight) older than ``delivery_timeout_ms``.
 * ``buffered_bytes`` counts the estimated size of every batch not yet completed, for the
   producer's ``buffer_memory`` backpressure.
-* **Sequence numbers** (the idempotent producer, SPEC 5.4 and 6; Kafka's TransactionManager
+* **Sequence numbers** (the idempotent producer, KIP-98; Kafka's TransactionManager
   bookkeeping): :meth:`assign_sequence` stamps a batch with the producer id, epoch and its
   partition's next sequence the first time it is drained, and closes it; a retry resends the
   same bytes with the same sequence. Because only one batch per partition is in flight, the
@@ -26,7 +26,7 @@ fake clock drives the unit tests:
   did not write it; :meth:`set_producer_id` (a new producer id) restarts every partition at 0.
 
 The accumulator never touches futures: each record carries an opaque ``handle`` the producer
-resolves when the batch completes.
+resolves when the batch completes. See docs/guarantees.md.
 """
 
 from __future__ import annotations

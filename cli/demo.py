@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from client.cli.common import run
+from cli.chaos import run_chaos
+from cli.common import run
 
 DEMO_SEED = (
     1  # with 90 s: pause, term, partition, kill, controller, pause (tests/unit/test_chaos_schedule.py)
@@ -44,10 +45,10 @@ def say(message: str) -> None:
 @click.option("--keep", is_flag=True, help="Leave the cluster running afterwards.")
 def demo(data_dir: Path, duration: float, seed: int, keep: bool) -> None:
     """Start a 3-broker cluster, write through 90 s of faults, verify with Spark, stop."""
-    from chaos.local_cluster import LocalCluster  # the operator's composition root (docs/design.md)
-    from chaos.netns import netns_available
-    from chaos.run import ChaosSettings, run_chaos
+    from chaos.run import ChaosSettings
     from chaos.schedule import FAULT_KINDS
+    from devcluster.cluster import LocalCluster  # the operator's composition root (docs/design.md)
+    from devcluster.netns import netns_available
 
     cluster_dir, report_dir = data_dir / "cluster", data_dir / "report"
     if data_dir.exists():

@@ -1,0 +1,46 @@
+"""The consumer's settings (Kafka's ConsumerConfig): fetch sizes and waits, offset reset, timeouts.
+
+Option names are the Java client's with underscores (``fetch_max_wait_ms`` for
+fetch.max.wait.ms), as in aiokafka's ``AIOKafkaConsumer``; ``__post_init__`` validates them.
+See docs/guarantees.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from client.config import require_non_negative, require_positive
+
+
+@dataclass
+class ConsumerConfig:
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    max_partition_fetch_bytes: int = 1048576
+    fetch_max_bytes: int = 52428800
+    max_poll_records: int = 500
+    auto_offset_reset: str = "latest"  # "earliest" | "latest" | "none"
+    client_id: str = "floodmark-consumer"
+    request_timeout_ms: int = 30000
+    retry_backoff_ms: int = 100
+    check_crcs: bool = True
+    #: Beyond the brief, with Kafka's meaning.
+    metadata_max_age_ms: int = 300000
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(
+                f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {self.auto_offset_reset!r}"
+            )
+        require_positive(
+            self,
+            (
+                "max_partition_fetch_bytes",
+                "fetch_max_bytes",
+                "max_poll_records",
+                "request_timeout_ms",
+            ),
+        )
+        require_non_negative(
+            self, ("fetch_min_bytes", "fetch_max_wait_ms", "retry_backoff_ms", "metadata_max_age_ms")
+        )

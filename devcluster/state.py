@@ -1,0 +1,227 @@
+"""The local cluster's state file, ``DIR/cluster.json``, and the configs derived from it.
+
+It records what the runner started (ports, pids, configs, the bootstrap string, the network
+namespace index and the faultable disks) so that every later ``floodmark cluster`` command, in
+another process, acts on the same processes. It is written atomically (a temp file, then
+``os.replace``). Each broker's ``server.properties`` uses Kafka's property names
+(docs/operations.md); the keys that differ per broker (``RUNNER_KEYS``) are the runner's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.disk import DiskState
+from devcluster.errors import ClusterError
+from devcluster.netns import NetnsLayout, layout_for
+from devcluster.ports import HOST
+
+STATE_FILE = "cluster.json"
+DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeperServerMain's tickTime is 3000 ms: 6000 is the minimum
+#: Keys the runner owns: they differ per broker and are derived from the layout above.
+RUNNER_KEYS = ("broker.id", "listeners", "log.dirs", "zookeeper.connect")
+
+
+@dataclass
+class ZooKeeperState:
+    port: int
+    data_dir: str
+    pid: int | None = None
+
+
+@dataclass
+class BrokerState:
+    id: int
+    port: int
+    config: str
+    log_dir: str
+    out: str
+    pid: int | None = None
+    started_at: float | None = None
+    #: JBOD: log dirs after the first (``up(log_dirs_per_broker=N)``), on the real disk even
+    #: with disk faults, so a failing first dir takes only that dir offline (KIP-112).
+    extra_log_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return [self.log_dir, *self.extra_log_dirs]
+
+
+@dataclass
+class ClusterState:
+    """What ``DIR/cluster.json`` holds. ``status`` is "running" after up, "stopped" after down."""
+
+    data_dir: str
+    zookeeper: ZooKeeperState
+    brokers: dict[int, BrokerState]
+    broker_command: list[str]
+    overrides: dict[str, str] = field(default_factory=dict)
+    status: str = "running"
+    #: Set when every broker runs in its own network namespace (devcluster/netns.py), so network
+    #: partitions can be injected; None for the plain loopback layout.
+    netns_index: int | None = None
+    #: Set when every broker's log dir sits on a faultable disk (chaos/disk.py); None otherwise.
+    disks: DiskState | None = None
+
+    @property
+    def layout(self) -> NetnsLayout | None:
+        return NetnsLayout(self.netns_index) if self.netns_index is not None else None
+
+    def broker_host(self, broker_id: int) -> str:
+        return self.layout.host(broker_id) if self.layout else HOST
+
+    @property
+    def zookeeper_host(self) -> str:
+        """Where brokers reach ZooKeeper: loopback, or the bridge when they live in namespaces."""
+        return self.layout.gateway if self.layout else HOST
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(
+            f"{self.broker_host(b.id)}:{b.port}" for b in sorted(self.brokers.values(), key=lambda b: b.id)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "status": self.status,
+            "data_dir": self.data_dir,
+            "bootstrap": self.bootstrap,
+            "zookeeper": asdict(self.zookeeper),
+            "brokers": {
+                str(i): {k: v for k, v in asdict(b).items() if k != "id"} for i, b in self.brokers.items()
+            },
+            "broker_command": self.broker_command,
+            "overrides": self.overrides,
+            "netns_index": self.netns_index,
+            "disks": self.disks.to_json() if self.disks else None,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
+        return cls(
+            data_dir=doc["data_dir"],
+            zookeeper=ZooKeeperState(**doc["zookeeper"]),
+            brokers={int(i): BrokerState(id=int(i), **b) for i, b in doc["brokers"].items()},
+            broker_command=list(doc["broker_command"]),
+            overrides=dict(doc.get("overrides", {})),
+            status=doc.get("status", "running"),
+            netns_index=doc.get("netns_index"),
+            disks=DiskState.from_json(doc.get("disks")),
+        )
+
+
+def render_properties(
+    broker_id: int,
+    port: int,
+    log_dir: Path | list[Path],
+    zookeeper_port: int,
+    overrides: Mapping[str, str],
+    host: str = HOST,
+    zookeeper_host: str = HOST,
+) -> str:
+    """A broker's server.properties: the runner's keys, a short session timeout, then the user's."""
+    clash = sorted(set(overrides) & set(RUNNER_KEYS))
+    if clash:
+        raise ClusterError(
+            f"--config {clash[0]} is set by the cluster runner per broker and cannot be overridden"
+        )
+    props = {
+        "broker.id": str(broker_id),
+        "listeners": f"PLAINTEXT://{host}:{port}",
+        "log.dirs": ",".join(str(d) for d in (log_dir if isinstance(log_dir, list) else [log_dir])),
+        "zookeeper.connect": f"{zookeeper_host}:{zookeeper_port}",
+        "zookeeper.session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
+        **overrides,
+    }
+    lines = ["# written by floodmark's local cluster runner (devcluster/)"]
+    lines += [f"{key}={value}" for key, value in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+def new_state(
+    data_dir: Path,
+    brokers: int,
+    zookeeper_port: int,
+    base_port: int,
+    overrides: dict[str, str],
+    broker_command: list[str],
+    netns: bool = False,
+    log_dirs_per_broker: int = 1,
+) -> ClusterState:
+    """A fresh "stopped" state for brokers 1..N on consecutive ports; every broker's config is
+    validated, then written, and its log dirs made, before anything starts."""
+    if log_dirs_per_broker < 1:
+        raise ClusterError("a broker needs at least one log dir")
+    ports = [base_port + i for i in range(brokers)]
+    if zookeeper_port in ports:
+        raise ClusterError(
+            f"ZooKeeper port {zookeeper_port} collides with the broker ports {ports[0]}-{ports[-1]}"
+        )
+    if ports[-1] > 65535:
+        raise ClusterError(f"broker ports {ports[0]}-{ports[-1]} run past 65535")
+    zk = ZooKeeperState(port=zookeeper_port, data_dir=str(data_dir / "zookeeper"))
+    state = ClusterState(
+        data_dir=str(data_dir),
+        zookeeper=zk,
+        brokers={},
+        broker_command=broker_command,
+        overrides=overrides,
+        status="stopped",
+        netns_index=layout_for(zookeeper_port).index if netns else None,
+    )
+    for broker_id, port in enumerate(ports, start=1):
+        home = data_dir / f"broker-{broker_id}"
+        state.brokers[broker_id] = BrokerState(
+            id=broker_id,
+            port=port,
+            config=str(home / "server.properties"),
+            log_dir=str(home / "data"),
+            out=str(home / "broker.out"),
+            extra_log_dirs=[str(home / f"data-{k}") for k in range(2, log_dirs_per_broker + 1)],
+        )
+    # Validate every config before anything starts, then write them.
+    texts = {
+        b.id: render_properties(
+            b.id,
+            b.port,
+            [Path(d) for d in b.log_dirs],
+            zookeeper_port,
+            overrides,
+            state.broker_host(b.id),
+            state.zookeeper_host,
+        )
+        for b in state.brokers.values()
+    }
+    for broker in state.brokers.values():
+        for d in broker.log_dirs:
+            Path(d).mkdir(parents=True, exist_ok=True)
+        Path(broker.config).write_text(texts[broker.id])
+    return state
+
+
+def read_state(state_file: Path) -> ClusterState | None:
+    """The state in ``state_file``; None when there is none."""
+    try:
+        doc = json.loads(state_file.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"cannot read {state_file}: {exc}") from None
+    try:
+        return ClusterState.from_json(doc)
+    except (KeyError, TypeError) as exc:
+        raise ClusterError(f"{state_file} is not a floodmark cluster state file ({exc})") from None
+
+
+def write_state(state_file: Path, state: ClusterState) -> None:
+    """Write ``state`` atomically: a temp file beside it, then ``os.replace``."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+    os.replace(tmp, state_file)
