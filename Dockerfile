@@ -12,6 +12,7 @@ COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY controller ./controller
 COPY client ./client
+COPY zk ./zk
 COPY devcluster ./devcluster
 COPY chaos ./chaos
 COPY ledger ./ledger

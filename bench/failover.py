@@ -41,6 +41,8 @@ from bench.common import CLUSTER_SETTINGS, bench_cluster, say  # noqa: E402
 from devcluster.cluster import LocalCluster  # noqa: E402
 from devcluster.errors import ClusterError  # noqa: E402
 from devcluster.state import DEFAULT_SESSION_TIMEOUT_MS  # noqa: E402
+from zk.data import decode_controller  # noqa: E402
+from zk.paths import BROKER_IDS_PATH, CONTROLLER_PATH, broker_id_path, partition_state_path  # noqa: E402
 
 TOPIC = "bench-failover"
 PARTITIONS = 3
@@ -105,7 +107,7 @@ class ZooKeeperView:
 
         def read() -> PartitionState | None:
             try:
-                data, stat = self._client.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+                data, stat = self._client.get(partition_state_path(topic, partition))
             except NoNodeError:
                 return None
             doc = json.loads(data)
@@ -124,7 +126,7 @@ class ZooKeeperView:
 
         def read() -> list[int]:
             try:
-                return sorted(int(c) for c in self._client.get_children("/brokers/ids") if c.isdigit())
+                return sorted(int(c) for c in self._client.get_children(BROKER_IDS_PATH) if c.isdigit())
             except NoNodeError:
                 return []
 
@@ -135,7 +137,7 @@ class ZooKeeperView:
 
         def read() -> int | None:
             try:
-                return int(json.loads(self._client.get("/controller")[0])["brokerid"])
+                return decode_controller(self._client.get(CONTROLLER_PATH)[0])
             except (NoNodeError, ValueError, KeyError, TypeError):
                 return None
 
@@ -231,7 +233,7 @@ class Round:
         else:
             parts.append(f"NO acks=all ack within {FAILOVER_TIMEOUT_S:.0f} s")
         if self.unregistered_s is not None:
-            parts.append(f"/brokers/ids/{self.killed} gone after {self.unregistered_s:.2f} s")
+            parts.append(f"{broker_id_path(self.killed)} gone after {self.unregistered_s:.2f} s")
         if self.elected_s is not None:
             parts.append(f"new leader {self.new_leader} in ZooKeeper after {self.elected_s:.2f} s")
         if self.isr_full_s is not None:

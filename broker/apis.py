@@ -24,7 +24,8 @@ from client.protocol.errors import ErrorCode, KafkaError
 from controller import topic_admin
 from controller.controller import KafkaController
 from controller.placement import assign_replicas
-from controller.zk import ZkBridge
+from zk.bridge import ZkBridge
+from zk.client import get_live_broker_ids, topic_exists
 
 log = logging.getLogger(__name__)
 
@@ -238,10 +239,10 @@ class KafkaApis:
                 if spec["replication_factor"] != -1
                 else self.config["default.replication.factor"]
             )
-            live = sorted(int(b) for b in (await self.zk.get_children("/brokers/ids") or []))
+            live = await get_live_broker_ids(self.zk)
             assignment = assign_replicas(live, partitions, factor, self.rng)
         if validate_only:
-            if await self.zk.exists(f"/brokers/topics/{name}") is not None:
+            if await topic_exists(self.zk, name):
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             return
         await topic_admin.create_topic(self.zk, name, assignment, dict(spec["configs"]))
@@ -255,7 +256,7 @@ class KafkaApis:
         results = []
         deleting = []
         for name in body["topics"]:
-            if await self.zk.exists(f"/brokers/topics/{name}") is None:
+            if not await topic_exists(self.zk, name):
                 results.append(
                     {
                         "name": name,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
-from controller import zk as zkpaths
-from controller.zk import ZkBridge
+from zk.bridge import ZkBridge
+from zk.client import get_broker, get_controller_id
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +70,10 @@ async def controlled_shutdown(
 async def _ask_controller(
     broker_id: int, broker_epoch: int, zk: ZkBridge, timeout_s: float
 ) -> list[tuple[str, int]]:
-    controller_id = await zkpaths.get_controller_id(zk)
+    controller_id = await get_controller_id(zk)
     if controller_id < 0:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected")
-    controller = await zkpaths.get_broker(zk, controller_id)
+    controller = await get_broker(zk, controller_id)
     if controller is None:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {controller_id} is not registered")
     connection = await BrokerConnection.open(

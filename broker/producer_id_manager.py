@@ -1,9 +1,9 @@
 """Producer ids for InitProducerId, unique cluster-wide (SPEC 5.4 "Idempotent producer";
 Kafka's ZkProducerIdManager).
 
-Each broker claims blocks of :data:`~controller.zk.PRODUCER_ID_BLOCK_SIZE` (1000) ids from
+Each broker claims blocks of :data:`~zk.data.PRODUCER_ID_BLOCK_SIZE` (1000) ids from
 ZooKeeper's ``/latest_producer_id_block`` with a conditional write
-(:func:`controller.zk.allocate_producer_id_block`) and hands them out one by one; only every
+(:func:`zk.client.allocate_producer_id_block`) and hands them out one by one; only every
 thousandth InitProducerId touches ZooKeeper. Ids of a block a broker did not use before it
 stopped are skipped, never reused. The idempotent producer starts every new id at epoch 0.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from controller import zk as zkpaths
-from controller.zk import ProducerIdBlock, ZkBridge
+from zk.bridge import ZkBridge
+from zk.client import allocate_producer_id_block
+from zk.data import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +23,7 @@ INITIAL_PRODUCER_EPOCH = 0
 
 
 class ProducerIdManager:
-    def __init__(
-        self, broker_id: int, zk: ZkBridge, block_size: int = zkpaths.PRODUCER_ID_BLOCK_SIZE
-    ) -> None:
+    def __init__(self, broker_id: int, zk: ZkBridge, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
         self.broker_id = broker_id
         self.zk = zk
         self.block_size = block_size
@@ -37,9 +36,7 @@ class ProducerIdManager:
         the ZooKeeper write raises (the caller answers with a retriable error)."""
         async with self._lock:
             if self._block is None or self._next > self._block.block_end:
-                self._block = await zkpaths.allocate_producer_id_block(
-                    self.zk, self.broker_id, self.block_size
-                )
+                self._block = await allocate_producer_id_block(self.zk, self.broker_id, self.block_size)
                 self._next = self._block.block_start
             producer_id = self._next
             self._next += 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import os
 import random
@@ -33,13 +32,12 @@ from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
-from controller import zk as zkpaths
 from controller.controller import ControllerConfig, KafkaController
-from controller.zk import ZkBridge
+from zk.bridge import ZkBridge
+from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
 
 log = logging.getLogger(__name__)
 
-CLUSTER_ID_PATH = "/cluster/id"
 #: Re-registration after a session loss: first retry delay, and the cap of its doubling.
 REGISTRATION_BACKOFF_MS = 100
 REGISTRATION_MAX_BACKOFF_MS = 5_000
@@ -182,7 +180,7 @@ class BrokerServer:
         advertised_port = self.config.advertised_port or self.port
         if self.config.advertised_port == self.config.listener_port:
             advertised_port = self.port
-        epoch = await zkpaths.register_broker(
+        epoch = await register_broker(
             self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms
         )
         self.replica_manager.broker_epoch = epoch
@@ -190,21 +188,10 @@ class BrokerServer:
         log.info("[KafkaServer id=%d] registered with broker epoch %d", self.broker_id, epoch)
 
     async def _get_or_create_cluster_id(self) -> str:
-        existing = await self.zk.get(CLUSTER_ID_PATH)
-        if existing is None:
-            candidate = uuid.uuid4().hex[:22]
-            with contextlib.suppress(Exception):  # another broker may win the race: read theirs
-                await self.zk.create(
-                    CLUSTER_ID_PATH, json.dumps({"version": "1", "id": candidate}).encode(), makepath=True
-                )
-            existing = await self.zk.get(CLUSTER_ID_PATH)
-        return json.loads(existing[0])["id"]
+        return await get_or_create_cluster_id(self.zk, uuid.UUID(int=self.rng.getrandbits(128)).hex[:22])
 
     async def _topic_config(self, topic: str) -> dict[str, str]:
-        found = await self.zk.get(f"/config/topics/{topic}")
-        if found is None:
-            return {}
-        return {str(k): str(v) for k, v in json.loads(found[0]).get("config", {}).items()}
+        return await get_topic_config(self.zk, topic)
 
     # -- KIP-112: a log dir failed (docs/design.md "Log dir failure") --------------------------------
     def _on_log_dir_failure(self, log_dir: Path) -> None:
@@ -223,7 +210,7 @@ class BrokerServer:
             self._halt_all_log_dirs_failed()
             return
         try:
-            await zkpaths.propagate_log_dir_event(self.zk, self.broker_id)
+            await propagate_log_dir_event(self.zk, self.broker_id)
         except Exception:
             log.exception(
                 "[KafkaServer id=%d] cannot notify the controller of the failed log dir %s",

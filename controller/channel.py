@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey, InvalidBody
 from client.protocol.errors import ErrorCode, KafkaError, error_name
+from client.types import TopicPartition
 from controller.context import ControllerContext
-from controller.zk import LEADER_DURING_DELETE, BrokerInfo, LeaderIsrAndControllerEpoch, TopicPartition
+from zk.data import LEADER_DURING_DELETE, BrokerInfo, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
 

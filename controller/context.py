@@ -11,13 +11,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from controller.zk import (
-    INITIAL_CONTROLLER_EPOCH,
-    BrokerInfo,
-    LeaderIsrAndControllerEpoch,
-    PartitionReplica,
-    TopicPartition,
-)
+from client.types import TopicPartition
+from zk.data import INITIAL_CONTROLLER_EPOCH, BrokerInfo, LeaderIsrAndControllerEpoch, PartitionReplica
 
 
 @dataclass

@@ -41,6 +41,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 from controller import election
 from controller.channel import (
     ControllerBrokerRequestBatch,
@@ -75,7 +76,25 @@ from controller.leader_and_isr_retry import LeaderAndIsrRetries
 from controller.log_dir_failure import LogDirFailureHandler
 from controller.partition_state import ElectionStrategy, PartitionState, PartitionStateMachine
 from controller.replica_state import ReplicaState, ReplicaStateMachine
-from controller.zk import (
+from zk.bridge import DeleteOp, ZkBridge, is_reset_event
+from zk.client import (
+    ControllerMovedError,
+    create_persistent_paths,
+    fenced_multi,
+    get_broker,
+    get_controller_id,
+    get_partition_state,
+)
+from zk.data import (
+    BrokerInfo,
+    PartitionReplica,
+    decode_controller,
+    decode_controller_epoch,
+    decode_isr_change_notification,
+    decode_partition_list,
+    decode_topic_assignment,
+)
+from zk.paths import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
     CONTROLLER_EPOCH_PATH,
@@ -86,25 +105,8 @@ from controller.zk import (
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
-    BrokerInfo,
-    ControllerMovedError,
-    DeleteOp,
-    PartitionReplica,
-    TopicPartition,
-    ZkBridge,
     config_topic_path,
-    create_persistent_paths,
-    decode_controller,
-    decode_controller_epoch,
-    decode_isr_change_notification,
-    decode_partition_list,
-    decode_topic_assignment,
     delete_topic_path,
-    fenced_multi,
-    get_broker,
-    get_controller_id,
-    get_partition_state,
-    is_reset_event,
     partition_path,
     topic_partitions_path,
     topic_path,

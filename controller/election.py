@@ -3,7 +3,7 @@
 Every broker is a candidate. The winner is whoever creates the ephemeral /controller; in the
 same multi-op it raises /controller_epoch by one, conditional on the version it read, and
 keeps the version it wrote: every later controller write first checks that version
-(:func:`controller.zk.fenced_multi`), so a deposed controller cannot write any more.
+(:func:`zk.fenced_multi`), so a deposed controller cannot write any more.
 /controller_epoch is created as 0 the first time, so the first controller has epoch 1.
 """
 
@@ -15,18 +15,15 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from controller.zk import (
-    CONTROLLER_EPOCH_PATH,
-    CONTROLLER_PATH,
+from zk.bridge import CreateOp, SetDataOp, ZkBridge
+from zk.data import (
     INITIAL_CONTROLLER_EPOCH,
-    CreateOp,
-    SetDataOp,
-    ZkBridge,
     decode_controller,
     decode_controller_epoch,
     encode_controller,
     encode_controller_epoch,
 )
+from zk.paths import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The controller's single event queue (Kafka's ControllerEventManager; SPEC 4, ARCHITECTURE "Control" path).
 
-ZooKeeper watches fire on kazoo's threads; :class:`~controller.zk.ZkBridge` forwards them to the
+ZooKeeper watches fire on kazoo's threads; :class:`~zk.bridge.ZkBridge` forwards them to the
 event loop, where they become :class:`ControllerEvent` objects on one ``asyncio.Queue``. One
 task takes them off and processes them one at a time, so the controller's state is never
 touched by two handlers at once, even though handlers await ZooKeeper.

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from client.protocol.errors import ErrorCode, error_name
-from controller.zk import TopicPartition
+from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

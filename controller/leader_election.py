@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from controller.zk import NO_LEADER, LeaderAndIsr
+from zk.data import NO_LEADER, LeaderAndIsr
 
 # ---------------------------------------------------------------------------------------------
 # The algorithms

@@ -23,27 +23,15 @@ from enum import Enum
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from client.types import TopicPartition
 from controller import leader_election
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.leader_election import ElectionOutcome
-from controller.zk import (
-    NO_LEADER,
-    ControllerMovedError,
-    CreateOp,
-    LeaderAndIsr,
-    LeaderIsrAndControllerEpoch,
-    SetDataOp,
-    TopicPartition,
-    ZkBridge,
-    encode_partition_state,
-    fenced_multi,
-    get_partition_state,
-    get_topic_config,
-    partition_path,
-    partition_state_path,
-    topic_partitions_path,
-)
+from zk.bridge import CreateOp, SetDataOp, ZkBridge
+from zk.client import ControllerMovedError, fenced_multi, get_partition_state, get_topic_config
+from zk.data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
+from zk.paths import partition_path, partition_state_path, topic_partitions_path
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from enum import Enum
 
+from client.types import TopicPartition
 from controller.channel import ControllerBrokerRequestBatch, ResponseCallback
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.leader_election import ElectionOutcome, remove_replica_from_isr
 from controller.partition_state import PartitionStateMachine
-from controller.zk import LeaderIsrAndControllerEpoch, PartitionReplica, TopicPartition
+from zk.data import LeaderIsrAndControllerEpoch, PartitionReplica
 
 log = logging.getLogger(__name__)
 

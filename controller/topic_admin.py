@@ -24,19 +24,15 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from client.protocol.errors import ErrorCode, KafkaError
 from controller import placement
-from controller.zk import (
+from zk.bridge import CreateOp, SetDataOp, ZkBridge
+from zk.data import decode_topic_assignment, encode_topic_assignment, encode_topic_config
+from zk.paths import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
     CONFIG_TOPICS_PATH,
     DELETE_TOPICS_PATH,
-    CreateOp,
-    SetDataOp,
-    ZkBridge,
     config_topic_path,
-    decode_topic_assignment,
     delete_topic_path,
-    encode_topic_assignment,
-    encode_topic_config,
     topic_path,
 )
 

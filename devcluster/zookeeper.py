@@ -8,7 +8,6 @@ Used by the local cluster runner and by the test fixtures alike; never a fake.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -21,6 +20,8 @@ from typing import Any
 
 from devcluster.errors import ClusterError
 from devcluster.ports import HOST
+from zk.data import decode_controller, decode_controller_epoch
+from zk.paths import BROKER_IDS_PATH, CONTROLLER_EPOCH_PATH, CONTROLLER_PATH
 
 JAR_DIR = Path("/usr/share/java")
 JARS = (
@@ -161,7 +162,7 @@ def registered_ids(client: Any) -> set[int]:
     from kazoo.exceptions import NoNodeError
 
     try:
-        return {int(child) for child in client.get_children("/brokers/ids") if child.isdigit()}
+        return {int(child) for child in client.get_children(BROKER_IDS_PATH) if child.isdigit()}
     except NoNodeError:
         return set()
 
@@ -172,7 +173,7 @@ def controller_of(client: Any) -> tuple[int | None, int | None]:
 
     controller_id = epoch = None
     with suppress(NoNodeError, ValueError, KeyError, TypeError):
-        controller_id = int(json.loads(client.get("/controller")[0])["brokerid"])
+        controller_id = decode_controller(client.get(CONTROLLER_PATH)[0])
     with suppress(NoNodeError, ValueError):
-        epoch = int(client.get("/controller_epoch")[0])
+        epoch = decode_controller_epoch(client.get(CONTROLLER_EPOCH_PATH)[0])
     return controller_id, epoch

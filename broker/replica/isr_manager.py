@@ -10,7 +10,7 @@ The decisions (who is out of sync, who may rejoin, what the new ISR is) come fro
 * **Expand** (on a follower FETCH): a follower whose LEO reached the HW and the start offset of
   the current leader epoch is added back. The fetch path is synchronous, so the write runs as
   a task; a partition has at most one ISR write in flight.
-* Every change is written to the state znode with :func:`controller.zk.update_leader_and_isr`,
+* Every change is written to the state znode with :func:`zk.client.update_leader_and_isr`,
   conditional on the zkVersion the leader knows. Only a successful write changes the in-memory
   ISR and zkVersion (:meth:`Partition.complete_isr_update`); a failed one (BADVERSION: the
   controller moved the partition on; or ZooKeeper unreachable) leaves the ISR as it was, so a
@@ -45,12 +45,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from broker.replica.partition import IsrChange, IsrChangeKind, Partition
-from controller import zk as zkpaths
-from controller.zk import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition
+from client.types import TopicPartition
+from zk.client import get_partition_state, holds_leader_and_isr, propagate_isr_change, update_leader_and_isr
+from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch
 
 if TYPE_CHECKING:
     from broker.log import Log
-    from controller.zk import ZkBridge
+    from zk.bridge import ZkBridge
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,13 @@ class ZkIsrStore:
     async def update_leader_and_isr(
         self, tp: TopicPartition, leader_and_isr: LeaderAndIsr, controller_epoch: int
     ) -> LeaderAndIsr | None:
-        return await zkpaths.update_leader_and_isr(self.zk, tp, leader_and_isr, controller_epoch)
+        return await update_leader_and_isr(self.zk, tp, leader_and_isr, controller_epoch)
 
     async def get_partition_state(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
-        return await zkpaths.get_partition_state(self.zk, tp)
+        return await get_partition_state(self.zk, tp)
 
     async def propagate_isr_change(self, partitions: list[TopicPartition]) -> None:
-        await zkpaths.propagate_isr_change(self.zk, partitions)
+        await propagate_isr_change(self.zk, partitions)
 
 
 @dataclass(frozen=True)
@@ -315,9 +316,7 @@ class IsrManager:
                 continue
             if written is not None:
                 return WriteOutcome(written, True, f"written: settled after {cause}")
-            if current is not None and zkpaths.holds_leader_and_isr(
-                current, proposed, change.controller_epoch
-            ):
+            if current is not None and holds_leader_and_isr(current, proposed, change.controller_epoch):
                 return WriteOutcome(current.leader_and_isr, True, f"written: landed before {cause}, adopted")
             log.info(
                 "[Partition %s broker=%d] after %s the state znode holds %s, not our ISR %s: ISR unchanged",

@@ -23,8 +23,9 @@ from client.protocol.api import LATEST_TIMESTAMP, ApiKey
 from client.protocol.errors import ErrorCode
 from client.protocol.records import build_batch
 from client.types import TopicPartition
-from controller.zk import ZkBridge, allocate_producer_id_block
 from tests.integration.cluster_fixtures import start_cluster
+from zk.bridge import ZkBridge
+from zk.client import allocate_producer_id_block
 
 pytestmark = pytest.mark.integration
 

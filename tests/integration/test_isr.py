@@ -25,11 +25,13 @@ from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode
 from client.protocol.records import build_batch, decode_records
-from controller import zk as zkpaths
-from controller.zk import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition, ZkBridge
+from client.types import TopicPartition
 from devcluster.cluster import LocalCluster
 from devcluster.ports import HOST
 from tests.integration.cluster_fixtures import start_cluster
+from zk.bridge import ZkBridge
+from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
+from zk.paths import ISR_CHANGE_NOTIFICATION_PATH, partition_state_path
 
 pytestmark = pytest.mark.integration
 
@@ -142,9 +144,9 @@ async def test_isr_writes_are_conditional_on_the_zk_version_and_announced(cluste
     try:
         store = ZkIsrStore(bridge)
         tp = TopicPartition("t", 0)
-        path = zkpaths.partition_state_path("t", 0)
+        path = partition_state_path("t", 0)
         initial = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 4, (1, 2, 3), 0), 7)
-        await bridge.create(path, zkpaths.encode_partition_state(initial), makepath=True)
+        await bridge.create(path, encode_partition_state(initial), makepath=True)
 
         written = await store.update_leader_and_isr(tp, LeaderAndIsr(1, 4, (1, 2), 0), 7)
         assert written == LeaderAndIsr(1, 4, (1, 2), 1)
@@ -161,9 +163,9 @@ async def test_isr_writes_are_conditional_on_the_zk_version_and_announced(cluste
         assert json.loads((await bridge.get(path))[0])["isr"] == [1, 2]
 
         await store.propagate_isr_change([tp, TopicPartition("u", 2)])
-        (child,) = await bridge.get_children(zkpaths.ISR_CHANGE_NOTIFICATION_PATH)
+        (child,) = await bridge.get_children(ISR_CHANGE_NOTIFICATION_PATH)
         assert child.startswith("isr_change_")
-        note = json.loads((await bridge.get(f"{zkpaths.ISR_CHANGE_NOTIFICATION_PATH}/{child}"))[0])
+        note = json.loads((await bridge.get(f"{ISR_CHANGE_NOTIFICATION_PATH}/{child}"))[0])
         assert note == {
             "version": 1,
             "partitions": [{"topic": "t", "partition": 0}, {"topic": "u", "partition": 2}],

@@ -4,7 +4,7 @@ lost), KafkaServer's re-registration after session expiry (checkedEphemeralCreat
 ControllerEventManager.clearAndPut(Expire).
 
 ZooKeeper is real (the session-scoped ``zookeeper`` fixture). Failures are injected by
-:class:`FlakyZk`, a thin wrapper around the real :class:`~controller.zk.ZkBridge` that fails
+:class:`FlakyZk`, a thin wrapper around the real :class:`~zk.bridge.ZkBridge` that fails
 chosen calls with kazoo's ConnectionLoss, before or after the real call, or by driving the
 state-listener callbacks directly; never by timing.
 """
@@ -25,18 +25,9 @@ from broker.server import BrokerServer
 from controller.controller import ControllerConfig, KafkaController
 from controller.election import read_controller_epoch
 from controller.events import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
-from controller.zk import (
-    CONTROLLER_EPOCH_PATH,
-    CONTROLLER_PATH,
-    CreateOp,
-    SetDataOp,
-    ZkBridge,
-    broker_id_path,
-    decode_controller,
-    decode_controller_epoch,
-    encode_controller,
-    encode_controller_epoch,
-)
+from zk.bridge import CreateOp, SetDataOp, ZkBridge
+from zk.data import decode_controller, decode_controller_epoch, encode_controller, encode_controller_epoch
+from zk.paths import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_id_path
 
 BROKER = 1
 
@@ -258,12 +249,12 @@ async def test_reregistration_after_session_loss_retries_until_registered(
         server._on_zk_state("LOST")
         server._on_zk_state("CONNECTED")
         assert await _registered(bridge) == bridge.session_id
-        registration = await bridge.exists(broker_id_path(BROKER))
-        assert server.replica_manager.broker_epoch == registration.czxid  # KIP-380
         await asyncio.sleep(0.3)  # a retry that is still going would now fail or duplicate
         assert zk.injected == ["create after commit" if after_commit else "create before"]
         assert all(t.done() for t in server._tasks)
         assert all(t.exception() is None for t in server._tasks)
+        registration = await bridge.exists(broker_id_path(BROKER))
+        assert server.replica_manager.broker_epoch == registration.czxid  # KIP-380
     finally:
         for task in server._tasks:
             task.cancel()
@@ -296,6 +287,6 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
 
 
 async def zk_register_as(bridge: ZkBridge) -> None:
-    from controller.zk import register_broker
+    from zk.client import register_broker
 
     await register_broker(bridge, BROKER, "127.0.0.1", 19092, 1_000)

@@ -18,9 +18,10 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, NoNodeError
 
 from broker.replica.isr_manager import ZkIsrStore
 from client.protocol.errors import ErrorCode
-from controller import zk as zkpaths
-from controller.zk import LeaderAndIsr, LeaderIsrAndControllerEpoch, TopicPartition
+from client.types import TopicPartition
 from tests.unit.test_isr_manager import LAG, ZK_TP, Harness, MemoryIsrStore
+from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
+from zk.paths import partition_state_path
 
 LEADER, JOINER, SLOW = 1, 2, 3  # assignment order 1,2,3: with 1 gone, ZooKeeper elects 2 first
 
@@ -370,9 +371,9 @@ class _Stat:
 async def test_zk_store_adopts_its_own_landed_write_and_rejects_any_other_state():
     znodes = FakeZnodes()
     store = ZkIsrStore(znodes)  # type: ignore[arg-type]
-    path = zkpaths.partition_state_path("t", 0)
+    path = partition_state_path("t", 0)
     initial = LeaderIsrAndControllerEpoch(LeaderAndIsr(1, 4, (1, 3), 0), 7)
-    znodes.nodes[path] = (zkpaths.encode_partition_state(initial), 0)
+    znodes.nodes[path] = (encode_partition_state(initial), 0)
     proposed = LeaderAndIsr(1, 4, (1, 2, 3), 0)
 
     znodes.lose_responses = 1

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from client.protocol.errors import ErrorCode
+from client.types import TopicPartition
 from controller.leader_and_isr_retry import INITIAL_BACKOFF_S, MAX_ATTEMPTS, LeaderAndIsrRetries
-from controller.zk import TopicPartition
 from tests.unit.test_isr_manager import TP, Harness, leader_and_isr_request, partition_state_entry
 
 

@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controller.zk import ZkBridge, create_persistent_paths
+from zk.bridge import ZkBridge
+from zk.client import create_persistent_paths
 
 
 @pytest.fixture

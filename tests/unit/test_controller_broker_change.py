@@ -8,16 +8,8 @@ in send order instead of going to brokers.
 from __future__ import annotations
 
 from client.protocol.api import ApiKey
+from client.types import TopicPartition
 from controller.events import BrokerChange
-from controller.zk import (
-    BROKER_IDS_PATH,
-    TopicPartition,
-    ZkBridge,
-    broker_id_path,
-    get_partition_state,
-    partition_state_path,
-    register_broker,
-)
 from tests.unit.test_controller_zk_faults import (
     FailingZk,
     Recorded,
@@ -25,6 +17,9 @@ from tests.unit.test_controller_zk_faults import (
     idle,
     start_controller_with,
 )
+from zk.bridge import ZkBridge
+from zk.client import get_partition_state, register_broker
+from zk.paths import BROKER_IDS_PATH, broker_id_path, partition_state_path
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
 

@@ -21,11 +21,13 @@ from broker.metadata_cache import MetadataCache
 from broker.replica.replica_manager import ReplicaManager
 from client.protocol.api import ApiKey, validate_request
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition as ControllerTopicPartition
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext
-from controller.zk import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch, ZkBridge, broker_id_path
-from controller.zk import TopicPartition as ControllerTopicPartition
 from tests.unit.test_controller_zk_faults import start_controller
+from zk.bridge import ZkBridge
+from zk.data import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch
+from zk.paths import broker_id_path
 
 
 @dataclass

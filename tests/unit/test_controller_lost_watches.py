@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import random
 
+from client.types import TopicPartition
 from controller.controller import ControllerConfig, KafkaController
 from controller.election import try_to_become_controller
-from controller.zk import (
-    BROKER_TOPICS_PATH,
-    CONTROLLER_PATH,
-    TopicPartition,
-    ZkBridge,
-    encode_topic_assignment,
-    get_partition_state,
-    topic_path,
-)
 from tests.unit.kazoo_faults import KazooFaults, drop_connection
 from tests.unit.test_controller_zk_faults import FailingZk, eventually, idle, start_controller
+from zk.bridge import ZkBridge
+from zk.client import get_partition_state
+from zk.data import encode_topic_assignment
+from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_PATH, topic_path
 
 
 def _controller(zk: object, broker_id: int = 1) -> KafkaController:

@@ -1,7 +1,7 @@
 """Controller correctness under ZooKeeper faults and deposed controllers, against a real ZooKeeper
 (SPEC 3 "every controller write is fenced", SPEC 4; Kafka's KafkaController, KafkaZkClient and
 ControllerChannelManager). Faults are injected at exact calls by :class:`FailingZk`, a thin
-wrapper around the real :class:`~controller.zk.ZkBridge`; broker connections are fakes that
+wrapper around the real :class:`~zk.bridge.ZkBridge`; broker connections are fakes that
 record what the controller sends.
 """
 
@@ -17,31 +17,30 @@ from kazoo.exceptions import ConnectionLoss
 
 from client.protocol.api import ApiKey, validate_response
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 from controller import channel as channel_module
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.controller import ControllerConfig, KafkaController
 from controller.partition_state import PartitionState, PartitionStateMachine
 from controller.replica_state import ReplicaState
-from controller.zk import (
-    CONTROLLER_EPOCH_PATH,
-    ISR_CHANGE_NOTIFICATION_PATH,
+from zk.bridge import ZkBridge
+from zk.client import ControllerMovedError, get_partition_state, propagate_isr_change, register_broker
+from zk.data import (
     BrokerInfo,
-    ControllerMovedError,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PartitionReplica,
-    TopicPartition,
-    ZkBridge,
-    broker_id_path,
-    delete_topic_path,
     encode_controller_epoch,
     encode_partition_state,
     encode_topic_assignment,
-    get_partition_state,
+)
+from zk.paths import (
+    CONTROLLER_EPOCH_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    broker_id_path,
+    delete_topic_path,
     partition_state_path,
-    propagate_isr_change,
-    register_broker,
     topic_path,
 )
 

@@ -18,7 +18,8 @@ from broker.replica.isr_manager import IsrChangeTracker
 from broker.replica.replica_manager import ReplicaManager
 from client.protocol.errors import ErrorCode
 from client.protocol.records import build_batch
-from controller.zk import LeaderAndIsr, TopicPartition
+from client.types import TopicPartition
+from zk.data import LeaderAndIsr
 
 LAG = 10_000
 TP = ("t", 0)

@@ -15,16 +15,11 @@ import pytest
 
 from broker.log.log_dir_failure import KafkaStorageError
 from client.protocol.errors import ErrorCode
+from client.types import TopicPartition
 from controller.context import ControllerContext
 from controller.log_dir_failure import LogDirFailureHandler
-from controller.zk import (
-    BrokerInfo,
-    LeaderAndIsr,
-    LeaderIsrAndControllerEpoch,
-    PartitionReplica,
-    TopicPartition,
-)
 from tests.unit.test_isr_manager import TP, Harness, leader_and_isr_request, partition_state_entry
+from zk.data import BrokerInfo, LeaderAndIsr, LeaderIsrAndControllerEpoch, PartitionReplica
 
 REAL_WRITE = os.write
 

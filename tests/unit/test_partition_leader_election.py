@@ -28,7 +28,7 @@ from controller.leader_election import (
     reassign_partition_leader,
     remove_replica_from_isr,
 )
-from controller.zk import NO_LEADER, LeaderAndIsr
+from zk.data import NO_LEADER, LeaderAndIsr
 
 EPOCH = 7
 ZK_VERSION = 11

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from client.types import TopicPartition
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext
 from controller.partition_state import (
@@ -40,21 +41,18 @@ from controller.partition_state import (
 )
 from controller.replica_state import VALID_PREVIOUS_STATES as REPLICA_VALID_PREVIOUS
 from controller.replica_state import ReplicaState, ReplicaStateMachine
-from controller.zk import (
-    CONTROLLER_EPOCH_PATH,
+from zk.bridge import ZkBridge
+from zk.client import get_partition_state
+from zk.data import (
     BrokerInfo,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PartitionReplica,
-    TopicPartition,
-    ZkBridge,
     encode_controller_epoch,
     encode_partition_state,
     encode_topic_assignment,
-    get_partition_state,
-    partition_state_path,
-    topic_path,
 )
+from zk.paths import CONTROLLER_EPOCH_PATH, partition_state_path, topic_path
 
 P = PartitionState
 R = ReplicaState

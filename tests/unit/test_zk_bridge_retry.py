@@ -12,16 +12,11 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from controller.zk import (
-    BROKER_IDS_PATH,
-    PRODUCER_ID_BLOCK_PATH,
-    ZkBridge,
-    allocate_producer_id_block,
-    broker_id_path,
-    decode_producer_id_block,
-    register_broker,
-)
 from tests.unit.kazoo_faults import KazooFaults, expire_session
+from zk.bridge import ZkBridge
+from zk.client import allocate_producer_id_block, register_broker
+from zk.data import decode_producer_id_block
+from zk.paths import BROKER_IDS_PATH, PRODUCER_ID_BLOCK_PATH, broker_id_path
 
 
 async def test_a_read_whose_answer_was_lost_is_sent_again_and_sets_its_watch(zk: ZkBridge) -> None:

@@ -1,0 +1,335 @@
+"""The asyncio bridge over kazoo: one ZooKeeper session whose calls are awaitable and whose
+watches and state changes are delivered on the event loop (kazoo calls back on its own threads),
+with Kafka's ZooKeeperClient rule of resending a request after a connection drop within the
+session (docs/design.md "The ZooKeeper client layer"). Also the multi-op vocabulary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckOp:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class CreateOp:
+    path: str
+    value: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@dataclass(frozen=True)
+class SetDataOp:
+    path: str
+    value: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class DeleteOp:
+    path: str
+    version: int = -1
+
+
+ZkOp = CheckOp | CreateOp | SetDataOp | DeleteOp
+
+
+class ZkBridge:
+    """One kazoo session with an asyncio face.
+
+    Every call is a coroutine; kazoo's ``*_async`` results are completed on the loop with
+    ``call_soon_threadsafe``. Watches and state listeners are likewise forwarded to the loop, so
+    callers never run on a kazoo thread. A watch function given twice for one path is registered
+    once (the same forwarding wrapper is reused, and kazoo keeps watchers in a set).
+
+    Kazoo drops every watch when the connection drops and fires it with an event of type
+    ``EventType.NONE``: watchers must treat that as "re-read and re-register".
+
+    A request that fails with ConnectionLoss is sent again once kazoo has reconnected to the
+    same session (Kafka's ZooKeeperClient.retryRequestsUntilConnected), so a connection drop
+    never reaches the callers and a watch-registering read always registers its watch. Two
+    outcomes still reach them: SessionExpiredError (the session ended: the drop cost the
+    ephemeral znodes and the watches, and resending into a new session would be wrong) and
+    ConnectionLoss after ``retry_timeout_s`` without a connection (default: the session timeout,
+    after which the session is gone at the server anyway). A resent write may have landed the
+    first time: creates can then answer NodeExists, conditional sets BadVersion, deletes NoNode,
+    and each caller that writes checks what ZooKeeper holds (Kafka's checkedEphemeralCreate,
+    checkControllerAndEpoch, checkLeaderAndIsrZkData); see docs/design.md "The ZooKeeper client
+    layer".
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        loop: asyncio.AbstractEventLoop | None = None,
+        retry_timeout_s: float | None = None,
+    ) -> None:
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.retry_timeout_s = session_timeout_ms / 1000.0 if retry_timeout_s is None else retry_timeout_s
+        #: requests sent again after a ConnectionLoss (a metric for tests and operators)
+        self.resent_requests = 0
+        self._loop = loop
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        self._listeners: list[Callable[[str], None]] = []
+        self._wrappers: dict[Callable, Callable[[WatchedEvent], None]] = {}
+        self._closed = False
+        self.client.add_listener(self._on_kazoo_state)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    async def start(self, timeout: float = 15.0) -> None:
+        _ = self.loop
+        await asyncio.to_thread(self.client.start, timeout)
+
+    async def close(self) -> None:
+        """End the session: its ephemeral znodes (a /controller, a /brokers/ids/<id>) go at once."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._stop_and_close)
+
+    def _stop_and_close(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    # -- state and watch forwarding ----------------------------------------------------------------
+    def add_state_listener(self, fn: Callable[[str], None]) -> None:
+        """``fn`` is called on the loop with "CONNECTED", "SUSPENDED" or "LOST"."""
+        self._listeners.append(fn)
+
+    def _on_kazoo_state(self, state: KazooState) -> None:  # kazoo thread: must not block
+        self._forward(self._deliver_state, str(state))
+
+    def _deliver_state(self, state: str) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(state)
+            except Exception:
+                log.exception("ZooKeeper state listener failed on %s", state)
+
+    def _forward(self, fn: Callable, *args: Any) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _wrap(self, watch: Callable[[WatchedEvent], None] | None) -> Callable[[WatchedEvent], None] | None:
+        if watch is None:
+            return None
+        wrapper = self._wrappers.get(watch)
+        if wrapper is None:
+
+            def wrapper(event: WatchedEvent, _watch=watch) -> None:  # kazoo thread
+                self._forward(self._deliver_watch, _watch, event)
+
+            self._wrappers[watch] = wrapper
+        return wrapper
+
+    def _deliver_watch(self, watch: Callable[[WatchedEvent], None], event: WatchedEvent) -> None:
+        if self._closed:
+            return
+        try:
+            watch(event)
+        except Exception:
+            log.exception("ZooKeeper watch on %s failed", event.path)
+
+    async def _call(self, what: str, send: Callable[[], Any]) -> Any:
+        """Send a request (``send`` returns kazoo's async result) and await its answer, sending it
+        again after a ConnectionLoss once the same session is connected again."""
+        session = self.session_id
+        while True:
+            try:
+                return await self._await(send())
+            except ConnectionLoss:
+                if self._closed:
+                    raise
+                await self._wait_connected(what)
+                if self.session_id != session:
+                    raise SessionExpiredError(
+                        f"{what}: the session ended while the request was unanswered"
+                    ) from None
+                self.resent_requests += 1
+                log.info("ZooKeeper %s: connection lost before the answer; sending it again", what)
+
+    async def _wait_connected(self, what: str) -> None:
+        """Until kazoo is connected again (its ``connected`` flag is cleared before it fails the
+        requests in flight), at most ``retry_timeout_s``; then ConnectionLoss is raised."""
+        loop = self.loop
+        deadline = loop.time() + self.retry_timeout_s
+        while not self.client.connected:
+            if self._closed:
+                raise ConnectionLoss(f"{what}: the ZooKeeper client was closed")
+            if loop.time() >= deadline:
+                raise ConnectionLoss(f"{what}: no ZooKeeper connection for {self.retry_timeout_s:g} s")
+            await asyncio.sleep(0.02)
+
+    async def _await(self, async_result: Any) -> Any:
+        loop = self.loop
+        future: asyncio.Future = loop.create_future()
+
+        def done(result: Any) -> None:  # kazoo thread
+            try:
+                value = result.get_nowait()
+            except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                self._forward(_settle, future, None, exc)
+            else:
+                self._forward(_settle, future, value, None)
+
+        async_result.rawlink(done)
+        return await future
+
+    # -- operations ------------------------------------------------------------------------------
+    async def get(
+        self, path: str, watch: Callable[[WatchedEvent], None] | None = None
+    ) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self._call(
+                f"get {path}", lambda: self.client.get_async(path, watch=self._wrap(watch))
+            )
+        except NoNodeError:
+            return None
+
+    async def get_children(
+        self, path: str, watch: Callable[[WatchedEvent], None] | None = None
+    ) -> list[str] | None:
+        try:
+            return await self._call(
+                f"get_children {path}", lambda: self.client.get_children_async(path, watch=self._wrap(watch))
+            )
+        except NoNodeError:
+            return None
+
+    async def exists(
+        self, path: str, watch: Callable[[WatchedEvent], None] | None = None
+    ) -> ZnodeStat | None:
+        return await self._call(
+            f"exists {path}", lambda: self.client.exists_async(path, watch=self._wrap(watch))
+        )
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        return await self._call(
+            f"create {path}",
+            lambda: self.client.create_async(
+                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            ),
+        )
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        return await self._call(f"set {path}", lambda: self.client.set_async(path, value, version))
+
+    async def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        if not recursive:
+            await self._call(f"delete {path}", lambda: self.client.delete_async(path, version))
+            return
+        for _ in range(10):  # children may be created while we delete
+            children = await self.get_children(path)
+            if children is None:
+                return
+            await asyncio.gather(*(self.delete(f"{path}/{c}", recursive=True) for c in children))
+            try:
+                await self._call(f"delete {path}", lambda: self.client.delete_async(path, version))
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                continue
+        raise NotEmptyError(path)
+
+    async def ensure_path(self, path: str) -> None:
+        await self._call(f"ensure_path {path}", lambda: self.client.ensure_path_async(path))
+
+    async def multi(self, ops: Sequence[ZkOp]) -> list:
+        """Commit ``ops`` atomically. Kazoo's commit does not raise: it returns RolledBackError for
+        the operations before the failing one, the real error for it, RuntimeInconsistency after
+        (MACHINE-NOTES). This raises the real error, with ``op_index`` set to the failing op."""
+
+        def send() -> Any:
+            transaction = self.client.transaction()
+            for op in ops:
+                if isinstance(op, CheckOp):
+                    transaction.check(op.path, op.version)
+                elif isinstance(op, CreateOp):
+                    transaction.create(op.path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
+                elif isinstance(op, SetDataOp):
+                    transaction.set_data(op.path, op.value, op.version)
+                elif isinstance(op, DeleteOp):
+                    transaction.delete(op.path, op.version)
+                else:
+                    raise TypeError(f"not a ZooKeeper op: {op!r}")
+            return transaction.commit_async()
+
+        results = await self._call(f"multi of {len(ops)} ops on {ops[0].path if ops else '-'}", send)
+        failures = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
+        if failures:
+            real = [(i, r) for i, r in failures if not isinstance(r, RolledBackError | RuntimeInconsistency)]
+            index, error = (real or failures)[0]
+            error.op_index = index
+            raise error
+        return results
+
+
+def _settle(future: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
+
+
+def is_reset_event(event: WatchedEvent) -> bool:
+    """True for kazoo's "your watches were dropped" event (connection loss or session end)."""
+    return event.type == EventType.NONE

@@ -1,0 +1,286 @@
+"""Kafka's reads and writes of the cluster's znodes (Kafka's KafkaZkClient), used by the
+controller, the brokers, the local runner and the benchmarks alike: broker registration
+(checkedEphemeralCreate), the controller's fenced multi-ops, the leader's conditional ISR write
+(checkLeaderAndIsrZkData), notifications, producer-id blocks and the top-level paths.
+docs/design.md "The ZooKeeper client layer" says how each settles a write resent after a drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from client.types import TopicPartition
+from zk.bridge import CheckOp, ZkBridge, ZkOp
+from zk.data import (
+    PRODUCER_ID_BLOCK_SIZE,
+    BrokerInfo,
+    LeaderAndIsr,
+    LeaderIsrAndControllerEpoch,
+    ProducerIdBlock,
+    decode_broker_registration,
+    decode_controller,
+    decode_partition_state,
+    decode_producer_id_block,
+    decode_topic_assignment,
+    decode_topic_config,
+    encode_broker_registration,
+    encode_isr_change_notification,
+    encode_log_dir_event,
+    encode_partition_state,
+    encode_producer_id_block,
+)
+from zk.paths import (
+    BROKER_IDS_PATH,
+    CLUSTER_ID_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    ISR_CHANGE_PREFIX,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_PREFIX,
+    PERSISTENT_PATHS,
+    PRODUCER_ID_BLOCK_PATH,
+    broker_id_path,
+    config_topic_path,
+    partition_state_path,
+    topic_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ControllerMovedError(Exception):
+    """A fenced write found /controller_epoch at another version: another controller won since."""
+
+
+async def fenced_multi(zk: ZkBridge, epoch_zk_version: int, ops: Sequence[ZkOp]) -> list:
+    """Commit ``ops`` only if /controller_epoch is still at ``epoch_zk_version``.
+
+    Returns the results of ``ops`` (without the check). Raises ControllerMovedError when the
+    check fails; any other failure is raised as :meth:`ZkBridge.multi` raises it, with
+    ``op_index`` counted within ``ops``.
+    """
+    try:
+        results = await zk.multi([CheckOp(CONTROLLER_EPOCH_PATH, epoch_zk_version), *ops])
+    except (BadVersionError, NoNodeError) as exc:
+        if getattr(exc, "op_index", None) == 0:
+            raise ControllerMovedError(
+                f"/controller_epoch is no longer at version {epoch_zk_version}: another controller was elected"
+            ) from None
+        exc.op_index -= 1
+        raise
+    except Exception as exc:
+        if getattr(exc, "op_index", None) is not None:
+            exc.op_index -= 1
+        raise
+    return results[1:]
+
+
+async def get_broker(zk: ZkBridge, broker_id: int) -> BrokerInfo | None:
+    got = await zk.get(broker_id_path(broker_id))
+    if got is None:
+        return None
+    data, stat = got
+    return decode_broker_registration(data, broker_id, stat.czxid)
+
+
+async def get_partition_state(zk: ZkBridge, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
+    got = await zk.get(partition_state_path(tp.topic, tp.partition))
+    if got is None:
+        return None
+    data, stat = got
+    return decode_partition_state(data, stat.version)
+
+
+async def get_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, list[int]] | None:
+    got = await zk.get(topic_path(topic))
+    return None if got is None else decode_topic_assignment(got[0])
+
+
+async def get_topic_config(zk: ZkBridge, topic: str) -> dict[str, str]:
+    got = await zk.get(config_topic_path(topic))
+    return {} if got is None else decode_topic_config(got[0])
+
+
+async def get_controller_id(zk: ZkBridge) -> int:
+    """The active controller's broker id, or -1 when there is none."""
+    got = await zk.get(CONTROLLER_PATH)
+    if got is None:
+        return -1
+    try:
+        return decode_controller(got[0])
+    except (ValueError, KeyError):
+        log.error("cannot parse %s: %r", CONTROLLER_PATH, got[0])
+        return -1
+
+
+async def register_broker(
+    zk: ZkBridge,
+    broker_id: int,
+    host: str,
+    port: int,
+    time_ms: int,
+    listener: str = "PLAINTEXT",
+    timeout: float | None = None,
+) -> int:
+    """Create the ephemeral /brokers/ids/<id> and return its czxid (the broker epoch).
+
+    If the znode exists and belongs to this session, that is success. If it belongs to an older
+    session of the same broker (a quick restart), wait for ZooKeeper to expire that session, at
+    most ``timeout`` seconds (default: 1.5 x the session timeout); another live broker with our
+    id is still there after that and the NodeExistsError is raised.
+    """
+    path = broker_id_path(broker_id)
+    data = encode_broker_registration(host, port, time_ms, listener)
+    await zk.ensure_path(BROKER_IDS_PATH)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout if timeout is not None else 1.5 * zk.session_timeout_ms / 1000.0)
+    while True:
+        try:
+            await zk.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            stat = await zk.exists(path)
+            if stat is None:
+                continue
+            if stat.ephemeralOwner == zk.session_id:
+                return stat.czxid
+            if loop.time() >= deadline:
+                raise
+            log.warning(
+                "%s exists, owned by session 0x%x (not ours, 0x%x); waiting for it to expire",
+                path,
+                stat.ephemeralOwner,
+                zk.session_id or 0,
+            )
+            await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+            continue
+        stat = await zk.exists(path)
+        return stat.czxid if stat is not None else -1
+
+
+async def update_leader_and_isr(
+    zk: ZkBridge, tp: TopicPartition, leader_and_isr: LeaderAndIsr, controller_epoch: int
+) -> LeaderAndIsr | None:
+    """The partition leader's ISR change (SPEC 5.4, Kafka's ReplicationUtils.updateLeaderAndIsr):
+    write the state znode conditional on ``leader_and_isr.zk_version``. Returns the written state
+    with its new zkVersion, or None when the znode moved on (BADVERSION) or is gone: the caller
+    must keep its in-memory ISR unchanged and wait for the controller's LeaderAndIsr.
+
+    On BADVERSION the znode is read (Kafka's checkLeaderAndIsrZkData): when it holds exactly this
+    state, the write is ours, one that landed although its answer was lost and is now re-sent,
+    and it counts as written with the znode's version. Any other state, even from the same
+    leader epoch, is someone else's and the write failed. ConnectionLoss and other ZooKeeper
+    errors are raised: the outcome is unknown, and the caller re-sends the identical write."""
+    path = partition_state_path(tp.topic, tp.partition)
+    data = encode_partition_state(LeaderIsrAndControllerEpoch(leader_and_isr, controller_epoch))
+    try:
+        stat = await zk.set(path, data, leader_and_isr.zk_version)
+    except BadVersionError:
+        current = await get_partition_state(zk, tp)
+        if current is not None and holds_leader_and_isr(current, leader_and_isr, controller_epoch):
+            return current.leader_and_isr
+        return None
+    except NoNodeError:
+        return None
+    return leader_and_isr.with_zk_version(stat.version)
+
+
+def holds_leader_and_isr(
+    current: LeaderIsrAndControllerEpoch, written: LeaderAndIsr, controller_epoch: int
+) -> bool:
+    """Whether the state znode holds what a leader wrote: the same leader, leader epoch, ISR (in
+    order) and controller epoch, whatever its zkVersion (Kafka's checkLeaderAndIsrZkData)."""
+    held, epoch = current.leader_and_isr, current.controller_epoch
+    return (held.leader, held.leader_epoch, held.isr, epoch) == (
+        written.leader,
+        written.leader_epoch,
+        written.isr,
+        controller_epoch,
+    )
+
+
+async def propagate_isr_change(zk: ZkBridge, partitions: Iterable[TopicPartition]) -> str:
+    """Announce ISR changes to the controller: a sequential /isr_change_notification/isr_change_<seq>."""
+    data = encode_isr_change_notification(partitions)
+    path = f"{ISR_CHANGE_NOTIFICATION_PATH}/{ISR_CHANGE_PREFIX}"
+    try:
+        return await zk.create(path, data, sequence=True)
+    except NoNodeError:
+        await zk.ensure_path(ISR_CHANGE_NOTIFICATION_PATH)
+        return await zk.create(path, data, sequence=True)
+
+
+async def propagate_log_dir_event(zk: ZkBridge, broker_id: int) -> str:
+    """KIP-112: tell the controller that a log dir of ``broker_id`` went offline. The controller
+    answers with LeaderAndIsr for the broker's replicas and learns from the per-partition
+    KAFKA_STORAGE_ERRORs which of them to take offline."""
+    data = encode_log_dir_event(broker_id)
+    path = f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}"
+    try:
+        return await zk.create(path, data, sequence=True)
+    except NoNodeError:
+        await zk.ensure_path(LOG_DIR_EVENT_NOTIFICATION_PATH)
+        return await zk.create(path, data, sequence=True)
+
+
+async def allocate_producer_id_block(
+    zk: ZkBridge, broker_id: int, block_size: int = PRODUCER_ID_BLOCK_SIZE, max_attempts: int = 100
+) -> ProducerIdBlock:
+    """Claim the next ``block_size`` producer ids for ``broker_id`` (Kafka's
+    ZkProducerIdManager.getNewProducerIdBlock): read /latest_producer_id_block, write the block
+    after it conditional on the znode version, and start over when another broker won the race.
+    Blocks never overlap, so producer ids are unique cluster-wide."""
+    for _ in range(max_attempts):
+        got = await zk.get(PRODUCER_ID_BLOCK_PATH)
+        start = 0 if got is None or not got[0] else decode_producer_id_block(got[0]).block_end + 1
+        if start > 2**63 - 1 - block_size:
+            raise RuntimeError("Have exhausted all producerIds.")
+        block = ProducerIdBlock(broker_id, start, start + block_size - 1)
+        try:
+            if got is None:
+                await zk.create(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), makepath=True)
+            else:
+                await zk.set(PRODUCER_ID_BLOCK_PATH, encode_producer_id_block(block), got[1].version)
+        except (NodeExistsError, BadVersionError):
+            # Lost the race, or a resent write whose first try landed: claim the next block. A
+            # landed block is never handed out then (1000 ids skipped), but adopting it by its
+            # data, as Kafka's checkProducerIdBlockZkData does, would hand one block out twice
+            # when claims of one broker run concurrently (docs/design.md "The ZooKeeper client layer").
+            continue
+        log.info("broker %d claimed producer id block %d..%d", broker_id, block.block_start, block.block_end)
+        return block
+    raise RuntimeError(f"could not claim a producer id block in {max_attempts} attempts: too much contention")
+
+
+async def create_persistent_paths(zk: ZkBridge) -> None:
+    """The top-level persistent paths (Kafka's createTopLevelPaths); harmless when they exist."""
+    await asyncio.gather(*(zk.ensure_path(p) for p in PERSISTENT_PATHS))
+
+
+async def get_or_create_cluster_id(zk: ZkBridge, candidate: str | None = None) -> str:
+    """The cluster id (Kafka's getOrGenerateClusterId): the first broker writes a new one, every
+    later broker (and a loser of the race) reads it."""
+    existing = await zk.get(CLUSTER_ID_PATH)
+    if existing is None:
+        data = json.dumps({"version": "1", "id": candidate or uuid.uuid4().hex[:22]}).encode()
+        # another broker may win the race (or our resent create landed): read what is there
+        with contextlib.suppress(NodeExistsError):
+            await zk.create(CLUSTER_ID_PATH, data, makepath=True)
+        existing = await zk.get(CLUSTER_ID_PATH)
+    return json.loads(existing[0])["id"]
+
+
+async def get_live_broker_ids(zk: ZkBridge) -> list[int]:
+    """The registered broker ids, sorted."""
+    return sorted(int(child) for child in (await zk.get_children(BROKER_IDS_PATH) or []) if child.isdigit())
+
+
+async def topic_exists(zk: ZkBridge, topic: str) -> bool:
+    return await zk.exists(topic_path(topic)) is not None

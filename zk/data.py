@@ -1,0 +1,258 @@
+"""What the znodes hold, and their JSON codecs, byte for byte the shapes Kafka writes (compact
+JSON, key order as Kafka's), so an operator with ``zkCli.sh`` sees what a Kafka operator would
+(Kafka's ZkData encoders; docs/architecture.md "ZooKeeper layout"). No kazoo import: tools and
+benchmarks decode znodes with it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from client.types import TopicPartition
+
+#: The ``event`` of a KIP-112 log dir event notification: a log dir failed.
+LOG_DIR_FAILURE_EVENT = 1
+#: How many producer ids a broker claims at a time (Kafka's ProducerIdManager block size).
+PRODUCER_ID_BLOCK_SIZE = 1000
+NO_LEADER = -1
+#: The leader UpdateMetadata announces for a partition of a topic being deleted (Kafka's LeaderDuringDelete).
+LEADER_DURING_DELETE = -2
+#: /controller_epoch is created with this value; the first controller makes it 1.
+INITIAL_CONTROLLER_EPOCH = 0
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker as its /brokers/ids/<id> znode describes it. ``epoch`` is the znode's czxid
+    (Kafka's broker epoch): a broker that re-registers gets a new one."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+    epoch: int = -1
+
+    def endpoint(self) -> dict:
+        """The wire shape of live_leaders / live_brokers entries (client/protocol/api.py)."""
+        return {"id": self.id, "host": self.host, "port": self.port, "rack": self.rack}
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """A partition's leader, leader epoch and ISR, plus the state znode's version (zkVersion),
+    the compare-and-set token for the next change."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int = 0
+
+    def new_leader_and_isr(self, leader: int, isr: Sequence[int]) -> LeaderAndIsr:
+        """A leadership change: the leader epoch goes up by one."""
+        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=tuple(isr))
+
+    def new_leader(self, leader: int) -> LeaderAndIsr:
+        return self.new_leader_and_isr(leader, self.isr)
+
+    def with_zk_version(self, zk_version: int) -> LeaderAndIsr:
+        return replace(self, zk_version=zk_version)
+
+
+@dataclass(frozen=True)
+class LeaderIsrAndControllerEpoch:
+    """The content of a partition state znode: LeaderAndIsr and the epoch of the controller that wrote it."""
+
+    leader_and_isr: LeaderAndIsr
+    controller_epoch: int
+
+
+@dataclass(frozen=True)
+class PartitionReplica:
+    """One replica of one partition (Kafka's PartitionAndReplica)."""
+
+    tp: TopicPartition
+    replica: int
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data.decode())
+
+
+def encode_broker_registration(host: str, port: int, timestamp_ms: int, listener: str = "PLAINTEXT") -> bytes:
+    return _dumps(
+        {
+            "version": 1,
+            "host": host,
+            "port": port,
+            "timestamp": str(timestamp_ms),
+            "endpoints": [f"{listener}://{host}:{port}"],
+            "jmx_port": -1,
+        }
+    )
+
+
+def decode_broker_registration(data: bytes, broker_id: int = -1, epoch: int = -1) -> BrokerInfo:
+    """The id is the znode's name, not part of its JSON: pass it (and the czxid as ``epoch``)."""
+    obj = _loads(data)
+    host, port = obj.get("host"), obj.get("port")
+    if (not host or port in (None, -1)) and obj.get("endpoints"):
+        # Kafka's later versions leave host/port empty and advertise endpoints only.
+        hostport = obj["endpoints"][0].split("://", 1)[1]
+        host, _, port_text = hostport.rpartition(":")
+        port = int(port_text)
+    return BrokerInfo(id=broker_id, host=host, port=int(port), rack=obj.get("rack"), epoch=epoch)
+
+
+def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
+    lai = state.leader_and_isr
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": lai.leader,
+            "version": 1,
+            "leader_epoch": lai.leader_epoch,
+            "isr": list(lai.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsrAndControllerEpoch:
+    obj = _loads(data)
+    return LeaderIsrAndControllerEpoch(
+        LeaderAndIsr(obj["leader"], obj["leader_epoch"], tuple(obj["isr"]), zk_version),
+        obj["controller_epoch"],
+    )
+
+
+def encode_topic_assignment(assignment: dict[int, Sequence[int]]) -> bytes:
+    return _dumps({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}})
+
+
+def decode_topic_assignment(data: bytes) -> dict[int, list[int]]:
+    obj = _loads(data)
+    return {int(p): list(r) for p, r in sorted(obj.get("partitions", {}).items(), key=lambda kv: int(kv[0]))}
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes) -> int:
+    """The controller's broker id. Tolerates the pre-0.8.2 bare-integer form."""
+    obj = _loads(data)
+    return int(obj) if isinstance(obj, int) else int(obj["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode())
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(config)})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _loads(data).get("config", {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """A /config/changes/config_change_<seq> notification, e.g. entity_path ``topics/foo``."""
+    return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> bytes:
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(set(partitions))],
+        }
+    )
+
+
+def decode_isr_change_notification(data: bytes) -> list[TopicPartition]:
+    return [TopicPartition(p["topic"], p["partition"]) for p in _loads(data).get("partitions", [])]
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """A /log_dir_event_notification/log_dir_event_<seq> value, as Kafka writes it."""
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int:
+    """The broker id of a log dir event notification; ValueError for anything else."""
+    doc = _loads(data)
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("broker"), int)
+        or doc.get("event") != LOG_DIR_FAILURE_EVENT
+    ):
+        raise ValueError(f"not a log dir failure event: {data!r}")
+    return doc["broker"]
+
+
+def encode_partition_list(partitions: Iterable[TopicPartition]) -> bytes:
+    """/admin/preferred_replica_election (seed 003 2.12)."""
+    return _dumps(
+        {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
+    )
+
+
+def decode_partition_list(data: bytes) -> list[TopicPartition]:
+    return [TopicPartition(p["topic"], p["partition"]) for p in _loads(data).get("partitions", [])]
+
+
+def encode_reassignment(reassignment: dict[TopicPartition, Sequence[int]]) -> bytes:
+    """/admin/reassign_partitions (seed 003 2.11)."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "replicas": list(replicas)}
+                for tp, replicas in sorted(reassignment.items())
+            ],
+        }
+    )
+
+
+def decode_reassignment(data: bytes) -> dict[TopicPartition, list[int]]:
+    return {
+        TopicPartition(p["topic"], p["partition"]): list(p["replicas"])
+        for p in _loads(data).get("partitions", [])
+    }
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """Producer ids ``block_start`` .. ``block_end`` (inclusive), owned by ``broker``."""
+
+    broker: int
+    block_start: int
+    block_end: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    """Kafka's JSON: the ids as decimal strings (JSON numbers lose precision past 2^53)."""
+    return _dumps(
+        {
+            "version": 1,
+            "broker": block.broker,
+            "block_start": str(block.block_start),
+            "block_end": str(block.block_end),
+        }
+    )
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    obj = _loads(data)
+    return ProducerIdBlock(int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"]))
