@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from client.protocol.errors import ErrorCode, error_name
 from client.types import TopicPartition
 from controller.context import ControllerContext, StateChangeRecorder
-from controller.replica_state import ReplicaState, ReplicaStateMachine
+from controller.replica_state_machine import ReplicaState, ReplicaStateMachine
 from zk.bridge import ZkBridge
 from zk.data import PartitionReplica, decode_log_dir_event
 from zk.paths import LOG_DIR_EVENT_NOTIFICATION_PATH, LOG_DIR_EVENT_PREFIX

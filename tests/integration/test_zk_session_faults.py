@@ -23,8 +23,8 @@ from kazoo.exceptions import ConnectionLoss
 from broker.config import BrokerConfig
 from broker.server import BrokerServer
 from controller.controller import ControllerConfig, KafkaController
-from controller.election import read_controller_epoch
-from controller.events import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
+from controller.controller_election import read_controller_epoch
+from controller.event_manager import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.data import decode_controller, decode_controller_epoch, encode_controller, encode_controller_epoch
 from zk.paths import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_id_path
@@ -151,7 +151,7 @@ async def test_own_controller_znode_found_while_inactive_is_taken_over(zk_connec
 
 
 def _reelect(controller: KafkaController):
-    from controller.events import Reelect
+    from controller.event_manager import Reelect
 
     return Reelect(done=asyncio.get_running_loop().create_future())
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from client.protocol.api import ApiKey
 from client.types import TopicPartition
-from controller.events import BrokerChange
+from controller.event_manager import BrokerChange
 from tests.unit.test_controller_zk_faults import (
     FailingZk,
     Recorded,

@@ -14,7 +14,7 @@ import random
 
 from client.types import TopicPartition
 from controller.controller import ControllerConfig, KafkaController
-from controller.election import try_to_become_controller
+from controller.controller_election import try_to_become_controller
 from tests.unit.kazoo_faults import KazooFaults, drop_connection
 from tests.unit.test_controller_zk_faults import FailingZk, eventually, idle, start_controller
 from zk.bridge import ZkBridge

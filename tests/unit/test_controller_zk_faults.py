@@ -22,8 +22,8 @@ from controller import channel as channel_module
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.controller import ControllerConfig, KafkaController
-from controller.partition_state import PartitionState, PartitionStateMachine
-from controller.replica_state import ReplicaState
+from controller.partition_state_machine import PartitionState, PartitionStateMachine
+from controller.replica_state_machine import ReplicaState
 from zk.bridge import ZkBridge
 from zk.client import ControllerMovedError, get_partition_state, propagate_isr_change, register_broker
 from zk.data import (

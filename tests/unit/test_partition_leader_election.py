@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.leader_election import (
+from controller.partition_leader_election import (
     controlled_shutdown_partition_leader,
     elect_for_controlled_shutdown,
     elect_for_reassignment,

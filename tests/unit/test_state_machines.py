@@ -31,16 +31,16 @@ import pytest
 from client.types import TopicPartition
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext
-from controller.partition_state import (
+from controller.partition_state_machine import (
     VALID_PREVIOUS_STATES as PARTITION_VALID_PREVIOUS,
 )
-from controller.partition_state import (
+from controller.partition_state_machine import (
     ElectionStrategy,
     PartitionState,
     PartitionStateMachine,
 )
-from controller.replica_state import VALID_PREVIOUS_STATES as REPLICA_VALID_PREVIOUS
-from controller.replica_state import ReplicaState, ReplicaStateMachine
+from controller.replica_state_machine import VALID_PREVIOUS_STATES as REPLICA_VALID_PREVIOUS
+from controller.replica_state_machine import ReplicaState, ReplicaStateMachine
 from zk.bridge import ZkBridge
 from zk.client import get_partition_state
 from zk.data import (

@@ -9,11 +9,12 @@ keeps the version it wrote: every later controller write first checks that versi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.data import (
@@ -77,3 +78,21 @@ async def _our_controller_node(zk: ZkBridge, broker_id: int) -> bool:
         return decode_controller(data) == broker_id and stat.ephemeralOwner == zk.session_id
     except (ValueError, KeyError):
         return False
+
+
+async def check_controller_and_epoch(zk: ZkBridge, broker_id: int) -> ElectionWin | None:
+    """Kafka's checkControllerAndEpoch, after an election write whose answer was lost or a
+    resignation whose delete failed: /controller is this broker's, in this session, and
+    /controller_epoch was written by the multi that created it (same zxid), so that epoch is
+    ours. Our /controller with another epoch is deleted (its watch runs the election again)."""
+    controller, epoch = await asyncio.gather(zk.get(CONTROLLER_PATH), zk.get(CONTROLLER_EPOCH_PATH))
+    if controller is None or epoch is None:
+        return None
+    (data, stat), (epoch_data, epoch_stat) = controller, epoch
+    if decode_controller(data) != broker_id or stat.ephemeralOwner != zk.session_id:
+        return None  # another broker, or our previous session's znode: its expiry fires the watch
+    if epoch_stat.mzxid != stat.czxid:
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            await zk.delete(CONTROLLER_PATH, version=stat.version)
+        return None
+    return ElectionWin(decode_controller_epoch(epoch_data), epoch_stat.version)

@@ -21,8 +21,8 @@ from enum import Enum
 from client.types import TopicPartition
 from controller.channel import ControllerBrokerRequestBatch, ResponseCallback
 from controller.context import ControllerContext, StateChangeRecorder
-from controller.leader_election import ElectionOutcome, remove_replica_from_isr
-from controller.partition_state import PartitionStateMachine
+from controller.partition_leader_election import ElectionOutcome, remove_replica_from_isr
+from controller.partition_state_machine import PartitionStateMachine
 from zk.data import LeaderIsrAndControllerEpoch, PartitionReplica
 
 log = logging.getLogger(__name__)

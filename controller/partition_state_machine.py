@@ -6,7 +6,7 @@ States: NonExistent -> New -> Online <-> Offline (-> NonExistent when a topic is
   live replica in assignment order, leader epoch 0, the ISR every live assigned replica; the state
   znode is *created* in a fenced multi-op.
 * Offline/Online -> Online elects a leader with one of the rules of SPEC 4
-  (:mod:`controller.leader_election`): re-read the state znode, decide, write conditionally on its
+  (:mod:`controller.partition_leader_election`): re-read the state znode, decide, write conditionally on its
   zkVersion in a fenced multi-op, and on BADVERSION read again and decide again (seed 000
   "Broker Failover" 3.1-3.3).
 
@@ -24,10 +24,10 @@ from enum import Enum
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from client.types import TopicPartition
-from controller import leader_election
+from controller import partition_leader_election as leader_election
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
-from controller.leader_election import ElectionOutcome
+from controller.partition_leader_election import ElectionOutcome
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.client import ControllerMovedError, fenced_multi, get_partition_state, get_topic_config
 from zk.data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state

@@ -1,0 +1,27 @@
+"""Partition reassignment (Kafka's onPartitionReassignment; seed 000 "Replica Reassignment
+Tool"): not built yet. A request in /admin/reassign_partitions is logged and left in place; this
+module is where the reassignment procedure goes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from controller.event_manager import PartitionReassignment
+from zk.paths import REASSIGN_PARTITIONS_PATH
+
+if TYPE_CHECKING:
+    from controller.controller import KafkaController
+
+log = logging.getLogger(__name__)
+
+
+async def handle_partition_reassignment(ctl: KafkaController, event: PartitionReassignment) -> None:
+    if not ctl.is_active:
+        return
+    if await ctl.zk.exists(REASSIGN_PARTITIONS_PATH, watch=ctl.on_reassign_watch) is not None:
+        log.warning(
+            "%s: partition reassignment is not yet supported; request left in place",
+            REASSIGN_PARTITIONS_PATH,
+        )

@@ -1,0 +1,180 @@
+"""Topic deletion (Kafka's TopicDeletionManager; seed 000 "创建/删除Topic" step 2): a topic
+marked in /admin/delete_topics has its partitions taken Offline then NonExistent, every live
+replica sent StopReplica(delete) (ReplicaDeletionStarted), and its znodes deleted once every
+replica is ReplicaDeletionSuccessful. A replica on a dead broker, or one whose StopReplica failed,
+makes the topic ineligible (ReplicaDeletionIneligible) until that broker comes back.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import NoNodeError, NotEmptyError
+
+from client.types import TopicPartition
+from controller.event_manager import (
+    TopicDeletion,
+    TopicDeletionStopReplicaResponse,
+)
+from controller.partition_state_machine import PartitionState
+from controller.replica_state_machine import ReplicaState
+from zk.bridge import DeleteOp
+from zk.client import fenced_multi
+from zk.data import PartitionReplica
+from zk.paths import (
+    DELETE_TOPICS_PATH,
+    config_topic_path,
+    delete_topic_path,
+    partition_path,
+    topic_partitions_path,
+    topic_path,
+)
+
+if TYPE_CHECKING:
+    from controller.controller import KafkaController
+
+log = logging.getLogger(__name__)
+
+
+async def handle_topic_deletion(ctl: KafkaController, event: TopicDeletion) -> None:
+    if not ctl.is_active:
+        return
+    marked = await ctl.zk.get_children(DELETE_TOPICS_PATH, watch=ctl.on_delete_topics_watch) or []
+    if not marked:
+        return
+    if not ctl.config.delete_topic_enable:
+        log.info("delete.topic.enable is false: dropping deletion requests for %s", marked)
+        await ctl.delete_quietly([delete_topic_path(t) for t in marked])
+        return
+    unknown = [t for t in marked if t not in ctl.context.assignments]
+    if unknown:
+        await ctl.delete_quietly([delete_topic_path(t) for t in unknown])
+    new = sorted(set(marked) - set(unknown) - ctl.context.topics_to_be_deleted)
+    if new:
+        ctl.context.topics_to_be_deleted.update(new)
+        ctl.record("topic_deletion_queued", topics=new)
+        await resume_deletions(ctl)
+
+
+async def resume_deletions(ctl: KafkaController) -> None:
+    ctx, rsm = ctl.context, ctl.replica_state_machine
+    if not ctl.config.delete_topic_enable:
+        return
+    for topic in sorted(ctx.topics_to_be_deleted):
+        replicas = ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))
+        states = [rsm.state(r) for r in replicas]
+        if all(s is ReplicaState.DELETION_SUCCESSFUL for s in states):
+            await complete_topic_deletion(ctl, topic)
+        elif any(s is ReplicaState.DELETION_STARTED for s in states):
+            continue  # waiting for StopReplica answers
+        elif topic in ctx.topics_ineligible_for_deletion:
+            continue  # waiting for a dead replica's broker
+        else:
+            await on_topic_deletion(ctl, topic)
+
+
+async def on_topic_deletion(ctl: KafkaController, topic: str) -> None:
+    ctx, psm, rsm = ctl.context, ctl.partition_state_machine, ctl.replica_state_machine
+    partitions = ctx.partitions_for_topic(topic)
+    # everyone stops serving it: UpdateMetadata announces leader -2 for its partitions
+    ctl.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, partitions)
+    await psm.handle_state_changes(
+        [tp for tp in partitions if psm.state(tp) in (PartitionState.NEW, PartitionState.ONLINE)],
+        PartitionState.OFFLINE,
+    )
+    await psm.handle_state_changes(
+        [tp for tp in partitions if psm.state(tp) is PartitionState.OFFLINE], PartitionState.NON_EXISTENT
+    )
+    replicas = ctx.replicas_for_partitions(partitions)
+    live = [
+        r
+        for r in replicas
+        if ctx.is_replica_online(r.replica, True)
+        and rsm.state(r) in (ReplicaState.ONLINE, ReplicaState.OFFLINE, ReplicaState.DELETION_INELIGIBLE)
+    ]
+    dead = [
+        r
+        for r in replicas
+        if not ctx.is_replica_online(r.replica, True) and rsm.state(r) is ReplicaState.OFFLINE
+    ]
+    await rsm.handle_state_changes(
+        [r for r in live if rsm.state(r) is not ReplicaState.OFFLINE], ReplicaState.OFFLINE
+    )
+    await rsm.handle_state_changes(
+        live, ReplicaState.DELETION_STARTED, callback=functools.partial(on_stop_replica_deleted, ctl)
+    )
+    if dead:
+        ctx.topics_ineligible_for_deletion.add(topic)
+        await rsm.handle_state_changes(dead, ReplicaState.DELETION_INELIGIBLE)
+    ctl.record("topic_deletion_started", topic=topic, waiting_for=sorted({r.replica for r in dead}))
+    if all(rsm.state(r) is ReplicaState.DELETION_SUCCESSFUL for r in replicas):
+        await complete_topic_deletion(ctl, topic)
+
+
+def on_stop_replica_deleted(ctl: KafkaController, broker_id: int, response: dict) -> None:
+    """A StopReplica(delete=true) answer, in the channel's sender task: make it an event."""
+    errors = {
+        TopicPartition(p["topic"], p["partition"]): p["error_code"] for p in response.get("partitions", [])
+    }
+    if response.get("error_code"):
+        errors[None] = response["error_code"]
+    ctl.events.put(TopicDeletionStopReplicaResponse(broker_id=broker_id, partition_errors=errors))
+
+
+async def handle_stop_replica_deletion_response(
+    ctl: KafkaController, event: TopicDeletionStopReplicaResponse
+) -> None:
+    if not ctl.is_active:
+        return
+    rsm = ctl.replica_state_machine
+    started = [
+        r
+        for r, s in rsm.states.items()
+        if r.replica == event.broker_id and s is ReplicaState.DELETION_STARTED
+    ]
+    failed_all = event.partition_errors.get(None, 0) != 0
+    ok = [r for r in started if not failed_all and not event.partition_errors.get(r.tp, 0)]
+    failed = [r for r in started if r not in ok]
+    await rsm.handle_state_changes(ok, ReplicaState.DELETION_SUCCESSFUL)
+    if failed:
+        ctl.context.topics_ineligible_for_deletion.update(r.tp.topic for r in failed)
+        await rsm.handle_state_changes(failed, ReplicaState.DELETION_INELIGIBLE)
+    await resume_deletions(ctl)
+
+
+async def complete_topic_deletion(ctl: KafkaController, topic: str) -> None:
+    ctx, rsm = ctl.context, ctl.replica_state_machine
+    replicas = ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))
+    await rsm.handle_state_changes(replicas, ReplicaState.NON_EXISTENT)
+    paths = []
+    for p in await ctl.zk.get_children(topic_partitions_path(topic)) or []:
+        for child in await ctl.zk.get_children(partition_path(topic, int(p))) or []:
+            paths.append(f"{partition_path(topic, int(p))}/{child}")
+        paths.append(partition_path(topic, int(p)))
+    if await ctl.zk.exists(topic_partitions_path(topic)) is not None:
+        paths.append(topic_partitions_path(topic))
+    paths.append(topic_path(topic))
+    if await ctl.zk.exists(config_topic_path(topic)) is not None:
+        paths.append(config_topic_path(topic))
+    paths.append(delete_topic_path(topic))
+    try:
+        await fenced_multi(ctl.zk, ctx.epoch_zk_version, [DeleteOp(p) for p in paths])
+    except (NoNodeError, NotEmptyError) as exc:
+        log.warning(
+            "deleting the znodes of topic %s raced (%s); deleting one by one", topic, type(exc).__name__
+        )
+        await ctl.delete_quietly(paths)
+    forget_topic(ctl, topic)
+    log.info("topic %s deleted", topic)
+    ctl.record("topic_deleted", topic=topic)
+
+
+def forget_topic(ctl: KafkaController, topic: str) -> None:
+    for tp in ctl.context.partitions_for_topic(topic):
+        ctl.partition_state_machine.states.pop(tp, None)
+        for replica in ctl.context.replicas(tp):
+            ctl.replica_state_machine.states.pop(PartitionReplica(tp, replica), None)
+    ctl.context.remove_topic(topic)
+    ctl.topic_watchers.pop(topic, None)
