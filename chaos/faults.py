@@ -12,7 +12,7 @@ Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on e
   backend only: the docker backend refuses it with FaultUnsupported).
 
 Disk faults exist on the local backend only, on a cluster started with disk faults
-(``chaos.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
+(``devcluster.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
 the docker backend refuses them with FaultUnsupported.
 
 The local backend drives ``devcluster.cluster.LocalCluster`` (processes on this machine; a

@@ -8,7 +8,7 @@ block (they wait for processes and registrations), so they run in a worker threa
 workload keeps producing meanwhile. ``heal_all`` undoes whatever is still in force, so a run
 that is interrupted still ends with every broker up.
 
-Disk faults (``disk-full``, ``disk-error``; chaos/disk.py) target the leader of a partition or,
+Disk faults (``disk-full``, ``disk-error``; devcluster/disk.py) target the leader of a partition or,
 through ``follower_of``, one of its in-sync followers. Their heal frees or fixes the disk and
 then restarts the broker, which halted if its only log dir went offline (KIP-112); restarting
 a broker that still runs does nothing.

@@ -2,7 +2,7 @@
 
 1. Start a local cluster (devcluster/) in the data dir unless one runs there (brokers in
    network namespaces when partitions are asked for and this is root; on faultable disks,
-   chaos/disk.py, when disk-full or disk-error is asked for), or use the docker-compose cluster.
+   devcluster/disk.py, when disk-full or disk-error is asked for), or use the docker-compose cluster.
 2. Create the topic (partitions, replication factor, min.insync.replicas) if it is missing.
 3. Run the workload (idempotent acks=all producers, every outcome in the ledger), a watcher
    that records every leadership change, and the seeded fault schedule, for ``duration_s``.
@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chaos.disk import DEFAULT_SIZE as DEFAULT_DISK_SIZE
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
 from chaos.schedule import DISK_FAULT_KINDS, make_schedule
@@ -32,6 +31,7 @@ from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings
 from client.admin import AdminClient
 from client.protocol.errors import ErrorCode, KafkaError
 from devcluster.cluster import LocalCluster
+from devcluster.disk import DEFAULT_SIZE as DEFAULT_DISK_SIZE
 from devcluster.netns import netns_available
 from devcluster.ports import free_port_block
 from ledger.format import LedgerWriter

@@ -23,7 +23,7 @@ zk-pause   SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: C
 
 The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
 need root and a cluster whose brokers sit on faultable disks (``cluster up --disk-faults``,
-chaos/disk.py), so a run asks for them by name. Their target is drawn per fault, seeded: the
+devcluster/disk.py), so a run asks for them by name. Their target is drawn per fault, seeded: the
 leader of partition P or one of its in-sync followers, half and half, because a leader's
 failed disk moves leadership while a follower's only shrinks the ISR. The heal frees or fixes
 the disk, then restarts the broker if it has halted (all its log dirs offline).

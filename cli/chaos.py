@@ -48,8 +48,8 @@ async def run_chaos(settings: ChaosSettings, progress: Say) -> ChaosResult:
 def _run_reporting_runner_errors(settings: ChaosSettings) -> ChaosResult:
     """The run; the local runner's failures (a broker that does not start, a disk that cannot be
     mounted) as one ``Error:`` line."""
-    from chaos.disk import DiskError
     from chaos.faults import FaultUnsupported
+    from devcluster.disk import DiskError
     from devcluster.errors import ClusterError
     from devcluster.zookeeper import ZooKeeperUnavailable
 

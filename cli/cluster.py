@@ -29,7 +29,7 @@ data_dir_option = click.option(
 @contextmanager
 def _runner_errors() -> Iterator[None]:
     """The runner's failures as CliError: first line is the error, any log tail follows indented."""
-    from chaos.disk import DiskError
+    from devcluster.disk import DiskError
     from devcluster.errors import ClusterError
     from devcluster.zookeeper import ZooKeeperUnavailable
 
@@ -112,8 +112,8 @@ def up(
     log_dirs_per_broker: int,
 ) -> None:
     """Start ZooKeeper and N brokers; wait until all are registered and a controller is elected."""
-    from chaos.disk import DEFAULT_SIZE
     from devcluster.cluster import LocalCluster
+    from devcluster.disk import DEFAULT_SIZE
 
     if disk_size is not None and not disk_faults:
         raise click.UsageError("--disk-size needs --disk-faults")

@@ -7,7 +7,7 @@ broker processes (``processes``), the ZooKeeper process (``zookeeper``), the net
     DIR/zookeeper/                    ZooKeeper's data and zookeeper.out
     DIR/broker-<i>/server.properties  Kafka property names (SPEC 2)
     DIR/broker-<i>/data/              the broker's log.dirs (with ``up(disk_size=...)``, a FUSE
-                                      filesystem over a tmpfs that can fill or fail: chaos/disk.py)
+                                      filesystem over a tmpfs that can fill or fail: devcluster/disk.py)
     DIR/broker-<i>/broker.out         the broker's stdout and stderr
 
 Faults are ``os.kill`` on a recorded pid. Health comes from ZooKeeper itself: a broker is
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.disk import BrokerDisk, DiskError, DiskState, check_available, check_size
+from devcluster.disk import BrokerDisk, DiskError, DiskState, check_available, check_size
 from devcluster.errors import ClusterError
 from devcluster.netns import netns_available
 from devcluster.ports import HOST, check_port_free
@@ -103,7 +103,7 @@ class LocalCluster:
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
         ``isolate`` can cut it off the network (devcluster/netns.py). With ``disk_size`` (root only) every
         broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or
-        make it fail (chaos/disk.py); a stopped cluster can be given disks this way too.
+        make it fail (devcluster/disk.py); a stopped cluster can be given disks this way too.
 
         On a directory whose cluster already exists, the recorded ports and configs are reused and
         only what is not running is started; a fully running cluster is just reported.
@@ -345,7 +345,7 @@ class LocalCluster:
         )
 
     def disk(self, broker_id: int, action: str, restart_hint: bool = True) -> str:
-        """Fill, unfill, break, fix or heal a broker's disk (chaos/disk.py ACTIONS); returns the line
+        """Fill, unfill, break, fix or heal a broker's disk (devcluster/disk.py ACTIONS); returns the line
         it reported. Nothing is restarted: a broker whose log dir failed has halted by itself."""
         state = self._require_state()
         broker = self._broker(broker_id)

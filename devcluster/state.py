@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.disk import DiskState
+from devcluster.disk import DiskState
 from devcluster.errors import ClusterError
 from devcluster.netns import NetnsLayout, layout_for
 from devcluster.ports import HOST
@@ -65,7 +65,7 @@ class ClusterState:
     #: Set when every broker runs in its own network namespace (devcluster/netns.py), so network
     #: partitions can be injected; None for the plain loopback layout.
     netns_index: int | None = None
-    #: Set when every broker's log dir sits on a faultable disk (chaos/disk.py); None otherwise.
+    #: Set when every broker's log dir sits on a faultable disk (devcluster/disk.py); None otherwise.
     disks: DiskState | None = None
 
     @property

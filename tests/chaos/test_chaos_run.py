@@ -60,7 +60,7 @@ DISK_SEED = 4  # with 45 s: a kill, disk-error on a follower, disk-full on a lea
 
 async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_nothing(tmp_path):
     """Issue 8: disk-full and disk-error (KIP-112) among the faults. The run puts every broker's
-    log dir on a faultable disk (chaos/disk.py: FUSE over a tmpfs, root only); a broker whose
+    log dir on a faultable disk (devcluster/disk.py: FUSE over a tmpfs, root only); a broker whose
     only log dir fails halts, the heal frees or fixes the disk and restarts it."""
     kinds = ("disk-full", "disk-error", "kill")
     settings = ChaosSettings(

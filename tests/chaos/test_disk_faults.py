@@ -1,4 +1,4 @@
-"""Disk faults through the local runner (chaos/disk.py, docs/operations.md "Disk faults"): a real
+"""Disk faults through the local runner (devcluster/disk.py, docs/operations.md "Disk faults"): a real
 ZooKeeper, brokers in network namespaces on faultable disks, the ``floodmark cluster disk``
 command and the chaos injector's heal-and-restart, with tests/chaos/disk_stand_in_broker.py as
 the broker (it writes to its log dir and halts on the first I/O error, as KIP-112 prescribes).
@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from chaos.disk import mount_type, unavailable_reason
 from chaos.faults import LocalBackend
 from chaos.injector import FaultInjector
 from chaos.schedule import Fault
 from cli.main import build_cli
 from devcluster.cluster import LocalCluster
+from devcluster.disk import mount_type, unavailable_reason
 from devcluster.netns import netns_available
 from devcluster.ports import free_port_block
 from tests.integration.test_local_cluster import wait_for

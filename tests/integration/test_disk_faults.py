@@ -1,6 +1,6 @@
 """Disk faults on a real cluster (KIP-112; docs/guarantees.md "Disk faults").
 
-Real ZooKeeper, real broker processes whose log dirs are faultable disks (chaos/disk.py: a
+Real ZooKeeper, real broker processes whose log dirs are faultable disks (devcluster/disk.py: a
 FUSE passthrough over a size-limited tmpfs, so a write really gets ENOSPC or EIO), acks=all
 writers running through the fault. After each scenario: every acknowledged record is readable,
 every replica holds byte-identical batches below the HW, and kafka-python (the independent
@@ -22,9 +22,9 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 from kazoo.client import KazooClient
 
-from chaos.disk import unavailable_reason
 from client.producer import Producer
 from devcluster.cluster import LocalCluster
+from devcluster.disk import unavailable_reason
 from devcluster.ports import free_port_block
 from tests.integration.cluster_fixtures import TEST_SETTINGS
 from tests.integration.failover_helpers import (

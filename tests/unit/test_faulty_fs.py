@@ -1,4 +1,4 @@
-"""The disk faults' kernel side, for real (chaos/faulty_fs.py, chaos/disk.py): a FUSE passthrough
+"""The disk faults' kernel side, for real (devcluster/faulty_fs.py, devcluster/disk.py): a FUSE passthrough
 mounted on a temp dir and a size-limited tmpfs, driven from a separate process the way a broker
 meets them. Needs root and /dev/fuse (this machine and CI have both; `make setup` installs
 fuse3): without them these tests fail with the reason rather than skip. Every test unmounts
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.disk import BrokerDisk, mount_type, unavailable_reason
-from chaos.faulty_fs import parse_mode, write_mode
+from devcluster.disk import BrokerDisk, mount_type, unavailable_reason
+from devcluster.faulty_fs import parse_mode, write_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,12 +111,12 @@ def no_mount_survives(tmp_path: Path) -> Iterator[None]:
 
 @pytest.fixture
 def fuse_mount(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
-    """(backing, mountpoint, control) with chaos.faulty_fs serving backing at mountpoint."""
+    """(backing, mountpoint, control) with devcluster.faulty_fs serving backing at mountpoint."""
     backing, mountpoint, control = tmp_path / "backing", tmp_path / "mnt", tmp_path / "mode"
     backing.mkdir()
     mountpoint.mkdir()
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "chaos.faulty_fs", backing, mountpoint, "--control", control],
+        [sys.executable, "-m", "devcluster.faulty_fs", backing, mountpoint, "--control", control],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

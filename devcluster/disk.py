@@ -8,7 +8,7 @@ out as::
     DIR/broker-<i>/disk/                   a tmpfs of --disk-size (64m): the broker's "disk"
     DIR/broker-<i>/disk/data/              the FUSE filesystem's backing dir (on that tmpfs)
     DIR/broker-<i>/disk/.floodmark-disk-filler    present while the disk is full
-    DIR/broker-<i>/data/                   chaos/faulty_fs.py mounted here: the broker's log.dirs
+    DIR/broker-<i>/data/                   devcluster/faulty_fs.py mounted here: the broker's log.dirs
     DIR/broker-<i>/disk-mode               its control file: "ok" or "EIO"
     DIR/broker-<i>/faulty-fs.out           the FUSE daemon's log
 
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.faulty_fs import OK, read_mode, write_mode
+from devcluster.faulty_fs import OK, read_mode, write_mode
 
 DEFAULT_SIZE = "64m"
 FILLER = ".floodmark-disk-filler"
@@ -188,7 +188,7 @@ class BrokerDisk:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        argv = [sys.executable, "-m", "chaos.faulty_fs", str(self.backing.resolve())]
+        argv = [sys.executable, "-m", "devcluster.faulty_fs", str(self.backing.resolve())]
         argv += [str(self.log_dir.resolve()), "--control", str(self.control.resolve())]
         with open(self.fs_out, "ab") as out:
             daemon = subprocess.Popen(

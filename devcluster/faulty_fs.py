@@ -20,7 +20,7 @@ runs signal handlers, and because a file is checked synchronously with the call 
 What a passthrough cannot imitate: a failed fsync that loses the page cache's bytes (the bytes
 are already in the backing file, so they are there again after the heal).
 
-Run it as ``python -m chaos.faulty_fs BACKING_DIR MOUNTPOINT --control FILE`` (foreground; it
+Run it as ``python -m devcluster.faulty_fs BACKING_DIR MOUNTPOINT --control FILE`` (foreground; it
 exits when unmounted: ``fusermount3 -u -z MOUNTPOINT``). libfuse changes the working directory
 to ``/``, so every path here is made absolute first.
 """
@@ -260,7 +260,7 @@ def serve(backing: Path, mountpoint: Path, control: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m chaos.faulty_fs",
+        prog="python -m devcluster.faulty_fs",
         description="A passthrough FUSE filesystem that fails every write with an errno on demand.",
     )
     parser.add_argument("backing", type=Path, help="the directory whose contents are served")
