@@ -40,7 +40,7 @@ docker-compose:
 	  fi; \
 	fi
 
-# FUSE (Debian fuse3: fusermount3; libfuse3-3: the library mfusepy loads) runs chaos/faulty_fs.py,
+# FUSE (Debian fuse3: fusermount3; libfuse3-3: the library mfusepy loads) runs devcluster/faulty_fs.py,
 # the disk-error fault of `floodmark cluster up --disk-faults`; its tests mount it for real.
 fuse:
 	@if ! command -v fusermount3 >/dev/null || ! ldconfig -p | grep -q 'libfuse3\.so\.3 '; then \
@@ -68,6 +68,7 @@ bench: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: setup
 	$(VENV)/bin/ruff format .

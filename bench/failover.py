@@ -8,9 +8,9 @@ steady stream of acks=all writes to partition 0 from one :class:`client.producer
    acknowledged (the steady state);
 2. SIGKILLs the leader of partition 0 (``LocalCluster.kill(id, "KILL")``) and measures the time
    from the kill to the first acknowledgement of a write *sent after the kill*, which only a
-   new leader can give. While waiting it watches ZooKeeper, to split that time into "the
-   broker's ephemeral ``/brokers/ids/<id>`` disappeared" (the session timeout) and "the state
-   znode names a new leader" (the controller's election);
+   new leader can give. While waiting it watches ZooKeeper (:mod:`bench.zk_view`), to split that
+   time into "the broker's ephemeral ``/brokers/ids/<id>`` disappeared" (the session timeout) and
+   "the state znode names a new leader" (the controller's election);
 3. restarts the killed broker (``LocalCluster.start``) and waits for the ISR to be full again.
 
 Every wait is bounded. A round that does not finish says what it saw (the partition's state
@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +36,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import CLUSTER_SETTINGS, bench_cluster, say  # noqa: E402
+from bench.zk_view import ZK_CALL_TIMEOUT_S, PartitionState, ZooKeeperView  # noqa: E402
 from devcluster.cluster import LocalCluster  # noqa: E402
 from devcluster.errors import ClusterError  # noqa: E402
 from devcluster.state import DEFAULT_SESSION_TIMEOUT_MS  # noqa: E402
-from zk.data import decode_controller  # noqa: E402
-from zk.paths import BROKER_IDS_PATH, CONTROLLER_PATH, broker_id_path, partition_state_path  # noqa: E402
+from zk.paths import broker_id_path  # noqa: E402
 
 TOPIC = "bench-failover"
 PARTITIONS = 3
@@ -53,95 +51,11 @@ RECORD = b"x" * 100
 SEND_INTERVAL_S = 0.002  # about 500 records/s: steady, and a fine time resolution
 MAX_OUTSTANDING = 20_000
 POLL_S = 0.05
-ZK_CALL_TIMEOUT_S = 10.0
 STEADY_TIMEOUT_S = 60.0
 FAILOVER_TIMEOUT_S = 60.0
 RESTART_TIMEOUT_S = 60.0
 ISR_TIMEOUT_S = 45.0
 CLOSE_TIMEOUT_S = 15.0
-
-
-# -- ZooKeeper, read-only ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    """``/brokers/topics/<t>/partitions/<p>/state`` (SPEC 3) and its znode version."""
-
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    controller_epoch: int
-    zk_version: int
-
-    def describe(self) -> str:
-        isr = ",".join(str(i) for i in self.isr)
-        return f"leader {self.leader}, leader_epoch {self.leader_epoch}, isr [{isr}], zkVersion {self.zk_version}"
-
-
-class ZooKeeperView:
-    """A kazoo session for reading the cluster's znodes from asyncio, every call bounded."""
-
-    def __init__(self, connect: str) -> None:
-        from kazoo.client import KazooClient
-
-        self._client = KazooClient(hosts=connect, timeout=ZK_CALL_TIMEOUT_S)
-
-    async def start(self) -> None:
-        await asyncio.wait_for(
-            asyncio.to_thread(self._client.start, ZK_CALL_TIMEOUT_S), ZK_CALL_TIMEOUT_S + 5
-        )
-
-    async def stop(self) -> None:
-        def stop() -> None:
-            self._client.stop()
-            self._client.close()
-
-        await asyncio.wait_for(asyncio.to_thread(stop), ZK_CALL_TIMEOUT_S)
-
-    async def _call(self, func: Callable[[], Any]) -> Any:
-        return await asyncio.wait_for(asyncio.to_thread(func), ZK_CALL_TIMEOUT_S)
-
-    async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
-        from kazoo.exceptions import NoNodeError
-
-        def read() -> PartitionState | None:
-            try:
-                data, stat = self._client.get(partition_state_path(topic, partition))
-            except NoNodeError:
-                return None
-            doc = json.loads(data)
-            return PartitionState(
-                leader=int(doc["leader"]),
-                leader_epoch=int(doc["leader_epoch"]),
-                isr=tuple(int(i) for i in doc["isr"]),
-                controller_epoch=int(doc["controller_epoch"]),
-                zk_version=stat.version,
-            )
-
-        return await self._call(read)
-
-    async def registered(self) -> list[int]:
-        from kazoo.exceptions import NoNodeError
-
-        def read() -> list[int]:
-            try:
-                return sorted(int(c) for c in self._client.get_children(BROKER_IDS_PATH) if c.isdigit())
-            except NoNodeError:
-                return []
-
-        return await self._call(read)
-
-    async def controller(self) -> int | None:
-        from kazoo.exceptions import NoNodeError
-
-        def read() -> int | None:
-            try:
-                return decode_controller(self._client.get(CONTROLLER_PATH)[0])
-            except (NoNodeError, ValueError, KeyError, TypeError):
-                return None
-
-        return await self._call(read)
 
 
 # -- the writer ----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ One table, :data:`BROKER_PROPERTIES`, says each property's type, default and val
 parsing a properties file or a ``--override key=value`` goes through it, so an unknown key
 or an out-of-range value is refused with a message that names the key. Topic-level
 overrides (``segment.bytes``, ``min.insync.replicas``, ...) map onto the broker's ``log.*``
-defaults exactly as in Kafka (``LogConfig``'s ``ServerDefaultHeaderName``).
+defaults exactly as in Kafka (``LogConfig``'s ``ServerDefaultHeaderName``). Each part's
+settings object is built here from the properties (``log_config``, ``network_config``,
+``controller_config``, ``controlled_shutdown_settings``), as Kafka's parts read KafkaConfig.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.log import LogConfig
+from broker.network import NetworkConfig
+from controller.controller import ControllerConfig
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -260,6 +265,38 @@ class BrokerConfig:
             max_message_bytes=merged["max.message.bytes"],
             segment_index_bytes=merged["segment.index.bytes"],
             producer_id_expiration_ms=self["producer.id.expiration.ms"],  # broker-wide, as in Kafka
+        )
+
+    def network_config(self) -> NetworkConfig:
+        """The socket server's settings (Kafka's SocketServer and KafkaRequestHandlerPool)."""
+        return NetworkConfig(
+            host=self.listener_host,
+            port=self.listener_port,
+            num_network_threads=self["num.network.threads"],
+            num_io_threads=self["num.io.threads"],
+            queued_max_requests=self["queued.max.requests"],
+            socket_request_max_bytes=self["socket.request.max.bytes"],
+            max_connections=self["max.connections"],
+            connections_max_idle_ms=self["connections.max.idle.ms"],
+        )
+
+    def controller_config(self) -> ControllerConfig:
+        """The controller's settings (Kafka's KafkaController reads them from KafkaConfig)."""
+        return ControllerConfig(
+            unclean_leader_election_enable=self["unclean.leader.election.enable"],
+            auto_leader_rebalance_enable=self["auto.leader.rebalance.enable"],
+            leader_imbalance_check_interval_seconds=self["leader.imbalance.check.interval.seconds"],
+            leader_imbalance_per_broker_percentage=self["leader.imbalance.per.broker.percentage"],
+            delete_topic_enable=self["delete.topic.enable"],
+            controller_socket_timeout_ms=self["controller.socket.timeout.ms"],
+        )
+
+    def controlled_shutdown_settings(self) -> ControlledShutdownSettings:
+        """Controlled shutdown's settings (``controlled.shutdown.*``, ``request.timeout.ms``)."""
+        return ControlledShutdownSettings(
+            max_retries=self["controlled.shutdown.max.retries"],
+            retry_backoff_ms=self["controlled.shutdown.retry.backoff.ms"],
+            request_timeout_ms=self["request.timeout.ms"],
         )
 
 

@@ -139,7 +139,7 @@ class BrokerMetrics:
         self._server = None
         self.port: int | None = None
 
-    # -- NetworkMetrics (broker/network/socket_server.py) -----------------------------------------
+    # -- NetworkMetrics (broker/network/metrics.py) -----------------------------------------------
     def on_request(self, api_key: ApiKey, latency_ms: float) -> None:
         name = api_key.name if isinstance(api_key, ApiKey) else str(api_key)
         self.requests.labels(name).inc()

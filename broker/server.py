@@ -22,17 +22,17 @@ from pathlib import Path
 
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
-from broker.controlled_shutdown import ControlledShutdownSettings, controlled_shutdown
+from broker.controlled_shutdown import controlled_shutdown
 from broker.log import LogManager
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
-from broker.network import NetworkConfig, Request, SocketServer
+from broker.network import Request, SocketServer
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
-from controller.controller import ControllerConfig, KafkaController
+from controller.controller import KafkaController
 from zk.bridge import ZkBridge
 from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
 
@@ -99,19 +99,12 @@ class BrokerServer:
             self.state_change_log,
             self._topic_config,
             isr_store=ZkIsrStore(self.zk),
+            fetcher_manager=ReplicaFetcherManager,
         )
-        self.replica_manager.fetchers = ReplicaFetcherManager(self.replica_manager)
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
-            ControllerConfig(
-                unclean_leader_election_enable=cfg["unclean.leader.election.enable"],
-                auto_leader_rebalance_enable=cfg["auto.leader.rebalance.enable"],
-                leader_imbalance_check_interval_seconds=cfg["leader.imbalance.check.interval.seconds"],
-                leader_imbalance_per_broker_percentage=cfg["leader.imbalance.per.broker.percentage"],
-                delete_topic_enable=cfg["delete.topic.enable"],
-                controller_socket_timeout_ms=cfg["controller.socket.timeout.ms"],
-            ),
+            cfg.controller_config(),
             self.time_ms,
             self.rng,
             self.state_change_log,
@@ -127,16 +120,7 @@ class BrokerServer:
         )
         self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
         self.socket_server = SocketServer(
-            NetworkConfig(
-                host=cfg.listener_host,
-                port=cfg.listener_port,
-                num_network_threads=cfg["num.network.threads"],
-                num_io_threads=cfg["num.io.threads"],
-                queued_max_requests=cfg["queued.max.requests"],
-                socket_request_max_bytes=cfg["socket.request.max.bytes"],
-                max_connections=cfg["max.connections"],
-                connections_max_idle_ms=cfg["connections.max.idle.ms"],
-            ),
+            cfg.network_config(),
             self._handle,
             self.metrics,
         )
@@ -357,11 +341,7 @@ class BrokerServer:
                 self.broker_id,
                 self.replica_manager.broker_epoch,
                 self.zk,
-                ControlledShutdownSettings(
-                    max_retries=self.config["controlled.shutdown.max.retries"],
-                    retry_backoff_ms=self.config["controlled.shutdown.retry.backoff.ms"],
-                    request_timeout_ms=self.config["request.timeout.ms"],
-                ),
+                self.config.controlled_shutdown_settings(),
             )
         for task in self._tasks:
             task.cancel()

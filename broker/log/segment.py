@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK = 16 * 1024
 RECOVER_CHUNK = 8 * 1024 * 1024
 NO_TIMESTAMP = -1
+#: a :func:`segment_name` stem (of a segment, index or producer snapshot file)
+SEGMENT_STEM = re.compile(r"^\d{20}$")
 
 
 def segment_name(base_offset: int) -> str:
@@ -143,6 +146,22 @@ class LogSegment:
     @property
     def indexes_full(self) -> bool:
         return self.index.is_full or self.time_index.is_full
+
+    def roll_reason(
+        self, size: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int
+    ) -> str | None:
+        """Why an append of ``size`` bytes ending at ``last_offset`` must go to a new segment
+        (size, age, a full index, an offset too far for the index), or None (Kafka's
+        ``LogSegment.shouldRoll``)."""
+        if self.size + size > segment_bytes:
+            return f"size {self.size} + {size} bytes > segment.bytes {segment_bytes}"
+        if self.size > 0 and self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > segment_ms:
+            return f"age {now_ms - self.rolling_base_ms} ms > segment.ms {segment_ms}"
+        if self.indexes_full:
+            return "its index is full"
+        if not self.can_hold_offset(last_offset):
+            return f"offset {last_offset} does not fit a relative offset"
+        return None
 
     def can_hold_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET

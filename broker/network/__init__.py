@@ -4,8 +4,9 @@ Acceptor -> Processors -> RequestChannel -> request handlers -> the injected API
 """
 
 from broker.network.handlers import ApiHandler, RequestHandlerPool
+from broker.network.metrics import NetworkMetrics
 from broker.network.request_channel import Request, RequestChannel, Response
-from broker.network.socket_server import NetworkConfig, NetworkMetrics, SocketServer
+from broker.network.socket_server import NetworkConfig, SocketServer
 
 __all__ = [
     "ApiHandler",

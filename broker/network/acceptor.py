@@ -2,8 +2,8 @@
 ``SocketServer.Acceptor``).
 
 It accepts connections and hands each, round-robin, to one of the processors; after that the
-connection belongs to the processor. :class:`ConnectionQuotas` enforces ``max.connections``: a
-connection over the limit is closed as soon as it is made, with a (rate-limited) log line.
+connection belongs to the processor. :class:`~broker.network.quotas.ConnectionQuotas` enforces
+``max.connections``: a connection over the limit is closed as soon as it is made.
 """
 
 from __future__ import annotations
@@ -12,38 +12,11 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from broker.network.processor import Connection, LogLimiter, Processor
+from broker.network.processor import Connection, Processor
+from broker.network.quotas import ConnectionQuotas
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ConnectionQuotas:
-    """Counts live connections against ``max.connections`` (Kafka's ConnectionQuotas)."""
-
-    max_connections: int
-    log_limiter: LogLimiter = field(default_factory=lambda: LogLimiter(log))
-    count: int = 0
-    rejected: int = 0
-
-    def try_acquire(self, client_address: str) -> bool:
-        if self.count >= self.max_connections:
-            self.rejected += 1
-            self.log_limiter.log(
-                logging.WARNING,
-                "refused connection from %s: max.connections=%d reached (%d refused so far)",
-                client_address,
-                self.max_connections,
-                self.rejected,
-            )
-            return False
-        self.count += 1
-        return True
-
-    def release(self) -> None:
-        self.count -= 1
 
 
 class Acceptor:

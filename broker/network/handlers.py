@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
+from broker.network.metrics import NetworkMetrics
 from broker.network.request_channel import Request, RequestChannel
 from client.protocol.api import error_body
 from client.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from broker.network.socket_server import NetworkMetrics
 
 log = logging.getLogger(__name__)
 

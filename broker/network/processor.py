@@ -15,9 +15,9 @@ A :class:`Processor` is one task draining its response queue: it writes each res
 connection and lets it process its next buffered frame. Idle connections (no bytes either way and
 nothing in flight for ``connections.max.idle.ms``) are closed by a per-connection timer.
 
-Misbehaving clients are logged through a :class:`LogLimiter` (a token bucket per processor) and at
-most ``LOGGED_REJECTS_PER_CONNECTION`` lines per connection, so a flood of garbage costs a few log
-lines and a count, not megabytes.
+Misbehaving clients are logged through a :class:`~broker.network.log_limiter.LogLimiter` (a token
+bucket per processor) and at most ``LOGGED_REJECTS_PER_CONNECTION`` lines per connection, so a
+flood of garbage costs a few log lines and a count, not megabytes.
 """
 
 from __future__ import annotations
@@ -25,17 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from broker.network.log_limiter import LogLimiter
+from broker.network.metrics import NetworkMetrics
+from broker.network.quotas import ConnectionQuotas
 from broker.network.request_channel import Request, RequestChannel, Response
 from client.protocol.api import ApiKey, UnsupportedVersion, error_body, validate_request
 from client.protocol.errors import ErrorCode, ProtocolError
 from client.protocol.framing import FrameDecoder, FrameTooLarge, decode_request, encode_response
-
-if TYPE_CHECKING:
-    from broker.network.acceptor import ConnectionQuotas
-    from broker.network.socket_server import NetworkMetrics
 
 log = logging.getLogger(__name__)
 
@@ -43,42 +40,6 @@ log = logging.getLogger(__name__)
 MUTED_BUFFER_BYTES = 64 * 1024
 #: Rejected frames logged per connection; the rest are counted and summarised at close.
 LOGGED_REJECTS_PER_CONNECTION = 3
-
-
-class LogLimiter:
-    """A token bucket for log lines about misbehaving clients; it counts the lines it drops and
-    reports the count on the next line it lets through (or on :meth:`flush`)."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        burst: int = 20,
-        per_second: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger, self.burst, self.per_second, self.clock = logger, burst, per_second, clock
-        self._tokens = float(burst)
-        self._last = clock()
-        self.suppressed = 0
-
-    def log(self, level: int, msg: str, *args: object) -> bool:
-        now = self.clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.per_second)
-        self._last = now
-        if self._tokens < 1:
-            self.suppressed += 1
-            return False
-        self._tokens -= 1
-        if self.suppressed:
-            msg, args = msg + " (%d similar lines suppressed)", (*args, self.suppressed)
-            self.suppressed = 0
-        self.logger.log(level, msg, *args)
-        return True
-
-    def flush(self) -> None:
-        if self.suppressed:
-            self.logger.warning("%d log lines about rejected clients were suppressed", self.suppressed)
-            self.suppressed = 0
 
 
 class Connection(asyncio.Protocol):

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
 
-from broker.network.acceptor import Acceptor, ConnectionQuotas
+from broker.network.acceptor import Acceptor
 from broker.network.handlers import ApiHandler, RequestHandlerPool
-from broker.network.processor import LogLimiter, Processor
+from broker.network.log_limiter import LogLimiter
+from broker.network.metrics import NetworkMetrics
+from broker.network.processor import Processor
+from broker.network.quotas import ConnectionQuotas
 from broker.network.request_channel import RequestChannel
-from client.protocol.api import ApiKey
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,6 @@ class NetworkConfig:
     socket_request_max_bytes: int = 104857600
     max_connections: int = 2**31 - 1
     connections_max_idle_ms: int = 600000
-
-
-class NetworkMetrics(Protocol):
-    """An optional sink for request, byte and error counts (broker/metrics.py implements it)."""
-
-    def on_request(self, api_key: ApiKey, latency_ms: float) -> None: ...
-
-    def on_bytes(self, received: int, sent: int) -> None: ...
-
-    def on_error(self, kind: str) -> None: ...
 
 
 class SocketServer:

@@ -14,13 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from broker.log import Log
 from broker.purgatory import DelayedOperation
+from broker.replica.partition import Partition
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 
-if TYPE_CHECKING:
-    from broker.replica.replica_manager import ReplicaManager
+
+class LeaderReplicas(Protocol):
+    """What the delayed operations need of the
+    :class:`~broker.replica.replica_manager.ReplicaManager` (Kafka passes DelayedProduce and
+    DelayedFetch the replicaManager itself)."""
+
+    def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]: ...
+
+    def min_insync_replicas(self, topic: str) -> int: ...
+
+    def read_from_local_log(
+        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
+    ) -> dict: ...
 
 
 @dataclass
@@ -37,8 +51,8 @@ class DelayedProduce(DelayedOperation):
     def __init__(
         self,
         delay_ms: int,
-        statuses: dict[tuple[str, int], ProducePartitionStatus],
-        replica_manager: ReplicaManager,
+        statuses: dict[TopicPartition, ProducePartitionStatus],
+        replica_manager: LeaderReplicas,
         respond: Callable[[dict], None],
     ) -> None:
         super().__init__(delay_ms)
@@ -56,7 +70,7 @@ class DelayedProduce(DelayedOperation):
             return False
         return self.force_complete()
 
-    def _check_partition(self, tp: tuple[str, int], status: ProducePartitionStatus) -> None:
+    def _check_partition(self, tp: TopicPartition, status: ProducePartitionStatus) -> None:
         """Kafka's Partition.checkEnoughReplicasReachOffset."""
         try:
             partition, log_ = self.replica_manager.leader_log(tp)
@@ -94,8 +108,8 @@ class DelayedFetch(DelayedOperation):
         self,
         delay_ms: int,
         body: dict,
-        statuses: dict[tuple[str, int], FetchPartitionStatus],
-        replica_manager: ReplicaManager,
+        statuses: dict[TopicPartition, FetchPartitionStatus],
+        replica_manager: LeaderReplicas,
         respond: Callable[[dict], None],
     ) -> None:
         super().__init__(delay_ms)
@@ -131,7 +145,9 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self) -> None:
         requested = {tp: status.fetch for tp, status in self.statuses.items()}
         self.respond(
-            self.replica_manager._read_all(self.body["replica_id"], requested, self.body["max_bytes"])
+            self.replica_manager.read_from_local_log(
+                self.body["replica_id"], requested, self.body["max_bytes"]
+            )
         )
 
 

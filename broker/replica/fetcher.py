@@ -34,13 +34,13 @@ from broker.replica.truncation import (
 from client.connection import BrokerConnection
 from client.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.log import Log
     from broker.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-TopicPartition = tuple[str, int]
 
 
 class LeaderConnection(Protocol):

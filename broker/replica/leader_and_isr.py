@@ -27,23 +27,71 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from broker.config import validate_topic_configs
-from broker.log import Log
+from broker.config import BrokerConfig, validate_topic_configs
+from broker.log import Log, LogManager
 from broker.log.log_dir_failure import KafkaStorageError
+from broker.metadata_cache import MetadataCache
 from broker.replica.partition import Partition, PartitionState
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from broker.replica.replica_manager import ReplicaManager, TopicPartition
+from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 
+class ReplicaFetchers(Protocol):
+    """What the replica manager needs of its fetcher manager
+    (:class:`~broker.replica.fetcher.ReplicaFetcherManager`, Kafka's ReplicaFetcherManager)."""
+
+    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None: ...
+
+    def remove_partition(self, tp: TopicPartition) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class NoReplicaFetchers:
+    """The fetcher manager of a replica manager that never fetches (unit tests): it does nothing."""
+
+    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
+        pass
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        pass
+
+    async def shutdown(self) -> None:
+        pass
+
+
+class ReplicaState(Protocol):
+    """What the handler reads and changes of the
+    :class:`~broker.replica.replica_manager.ReplicaManager` that owns the state."""
+
+    config: BrokerConfig
+    broker_id: int
+    broker_epoch: int
+    controller_epoch: int
+    log_manager: LogManager
+    metadata_cache: MetadataCache
+    fetchers: ReplicaFetchers
+    partitions: dict[TopicPartition, Partition]
+    offline_partitions: set[TopicPartition]
+    topic_overrides: dict[str, dict[str, str]]
+    topic_configs: dict[str, dict]
+    topic_config_source: Callable[[str], Awaitable[dict[str, str]]]
+    time_ms: Callable[[], int]
+    state_change_log: Callable[[dict], None]
+
+    def maybe_increment_high_watermark(self, partition: Partition, log_: Log) -> bool: ...
+
+    def wake(self, tp: TopicPartition) -> None: ...
+
+
 class LeaderAndIsrHandler:
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaState) -> None:
         self.rm = replica_manager
         self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
 
@@ -200,8 +248,7 @@ class LeaderAndIsrHandler:
         """Stop serving ``partitions`` (their log dir is offline): no fetcher, no leadership,
         KAFKA_STORAGE_ERROR to every request; parked produce and fetch requests complete now."""
         for tp in partitions:
-            if self.rm.fetchers is not None:
-                self.rm.fetchers.remove_partition(tp)
+            self.rm.fetchers.remove_partition(tp)
             self.rm.partitions.pop(tp, None)
             self.rm.offline_partitions.add(tp)
             self.rm.state_change_log(
@@ -221,8 +268,7 @@ class LeaderAndIsrHandler:
 
     async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
         log_ = await self._log_for(partition.topic, partition.partition, is_new)
-        if self.rm.fetchers is not None:
-            self.rm.fetchers.remove_partition(partition.key)
+        self.rm.fetchers.remove_partition(partition.key)
         partition.make_leader(state, log_.log_end_offset, self.rm.time_ms())
         # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
         log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
@@ -256,8 +302,6 @@ class LeaderAndIsrHandler:
             }
         )
         self.rm.wake(partition.key)  # parked produce requests learn they are no longer on the leader
-        if self.rm.fetchers is None:
-            return
         self.rm.fetchers.remove_partition(partition.key)
         if leader is not None and state.leader >= 0:
             self.rm.fetchers.add_partition(partition.key, leader, state.leader_epoch)
@@ -289,8 +333,7 @@ class LeaderAndIsrHandler:
                     continue
                 results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
                 continue
-            if self.rm.fetchers is not None:
-                self.rm.fetchers.remove_partition(tp)
+            self.rm.fetchers.remove_partition(tp)
             if body["delete_partitions"]:
                 partition = self.rm.partitions.pop(tp, None)
                 try:

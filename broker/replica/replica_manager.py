@@ -21,14 +21,14 @@ from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from broker.replica.isr_manager import IsrManager, IsrStore
-from broker.replica.leader_and_isr import LeaderAndIsrHandler
+from broker.replica.leader_and_isr import LeaderAndIsrHandler, NoReplicaFetchers, ReplicaFetchers
 from broker.replica.partition import Partition
 from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 TopicConfigSource = Callable[[str], Awaitable[dict[str, str]]]
 
 
@@ -50,7 +50,11 @@ class ReplicaManager:
         state_change_log: Callable[[dict], None],
         topic_config_source: TopicConfigSource,
         isr_store: IsrStore | None = None,
+        fetcher_manager: Callable[[ReplicaManager], ReplicaFetchers] | None = None,
     ) -> None:
+        """``fetcher_manager`` makes the replica fetchers for this replica manager (the server
+        passes :class:`~broker.replica.fetcher.ReplicaFetcherManager`); without it nothing is
+        fetched (:class:`~broker.replica.leader_and_isr.NoReplicaFetchers`, for unit tests)."""
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -71,7 +75,6 @@ class ReplicaManager:
         self.broker_epoch = -1
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
-        self.fetchers = None  # set by the server: ReplicaFetcherManager (kept optional for unit tests)
         # Leader-side ISR shrink/expand (SPEC 5.4); without a store (some unit tests) the ISR only
         # changes through LeaderAndIsr.
         self.isr_manager: IsrManager | None = None
@@ -80,6 +83,9 @@ class ReplicaManager:
             self.isr_manager = IsrManager(
                 isr_store, self.broker_id, lag_ms, time_ms, state_change_log, self._on_isr_changed
             )
+        self.fetchers: ReplicaFetchers = (
+            fetcher_manager(self) if fetcher_manager is not None else NoReplicaFetchers()
+        )
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -255,7 +261,7 @@ class ReplicaManager:
     def fetch_messages(self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]) -> None:
         replica_id = body["replica_id"]
         requested = {(t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]}
-        results = self._read_all(replica_id, requested, body["max_bytes"])
+        results = self.read_from_local_log(replica_id, requested, body["max_bytes"])
         ready_bytes = sum(len(r.records) for r in results.values())
         has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
         # Seed 000: answer at once when max wait <= 0, nothing was asked, min bytes are ready, or on error.
@@ -266,7 +272,11 @@ class ReplicaManager:
         operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
         self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
 
-    def _read_all(self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int) -> dict:
+    def read_from_local_log(
+        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
+    ) -> dict[TopicPartition, ReadResult]:
+        """Kafka's readFromLocalLog: read each requested partition in turn, within ``max_bytes``
+        for the whole fetch; for a fetch now, and again when a parked DelayedFetch completes."""
         results = {}
         remaining = max_bytes
         for tp, fetch in requested.items():

@@ -130,6 +130,21 @@ async def create_topic(cluster: LocalCluster, zk: KazooClient, topic: str) -> di
         await admin.close()
     state = zk_state(zk, topic)
     assert sorted(state["isr"]) == [1, 2, 3]
+    # The admin client saw a leader in some broker's metadata; the leader itself may not have
+    # applied its LeaderAndIsr yet. Its own metadata naming itself means it has (the controller
+    # sends a broker LeaderAndIsr before UpdateMetadata, and one connection's requests are
+    # handled in order).
+    conn = await connect(cluster, state["leader"])
+    try:
+
+        async def leader_knows() -> bool:
+            body = await conn.request(ApiKey.METADATA, {"topics": [topic]}, timeout=5.0)
+            parts = body["topics"][0]["partitions"] if body["topics"] else []
+            return bool(parts) and parts[0]["leader"] == state["leader"]
+
+        await eventually(leader_knows, 10.0, f"broker {state['leader']} leads {topic}-0")
+    finally:
+        conn.close()
     return state
 
 

@@ -1,5 +1,5 @@
 """The layout rules of docs/architecture.md that import-linter cannot check: no znode path is
-spelled outside zk/paths.py."""
+spelled outside zk/paths.py, and no module imports itself round a circle."""
 
 from __future__ import annotations
 
@@ -43,3 +43,49 @@ def test_no_znode_path_is_spelled_outside_zk_paths() -> None:
 def test_the_rule_sees_a_spelled_path() -> None:
     tree = ast.parse('"""/brokers/ids in a docstring is fine."""\nPATH = "/brokers/ids"\nx = f"/admin/{t}"\n')
     assert [text for _, text in _code_strings(tree) if ZNODE.match(text)] == ["/brokers/ids", "/admin/"]
+
+
+def _import_cycles() -> list[list[str]]:
+    """Strongly connected groups of our modules by their runtime imports (imports under
+    ``TYPE_CHECKING`` are typing only and do not count), found with grimp, import-linter's graph."""
+    import grimp
+
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m) & graph.modules) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in edges[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in modules:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycle() -> None:
+    cycles = _import_cycles()
+    assert not cycles, f"import circles: {cycles}"

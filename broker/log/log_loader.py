@@ -1,0 +1,180 @@
+"""Opening a log: Kafka's ``LogLoader`` (``kafka.log.LogLoader.load``), the start-up half of a
+partition's log (docs/design.md "Log dir failure"; docs/guarantees.md "Disk faults").
+
+:func:`load_log` takes a partition directory and what the log manager's checkpoints say about it
+(recovery point, log start offset, whether the last shutdown was clean) and returns a
+:class:`LoadedLog` (Kafka's ``LoadedLogOffsets`` plus the segments, the leader epoch cache and the
+producer state) for :meth:`broker.log.log.Log.open` to adopt. In order:
+
+* stray temporary files (``.tmp``, ``.swap``, ``.deleted``, ``.cleaned``) and indexes without a
+  ``.log`` are deleted (Kafka's ``removeTempFilesAndCollectSwapFiles``);
+* the leader epoch checkpoint (KIP-101) is read; a corrupt one is deleted, and every segment is
+  then re-scanned, which rebuilds the cache from the batches' epochs;
+* segments below the recovery point are opened and their indexes checked; a bad index is rebuilt
+  from the ``.log`` (Kafka's ``sanityCheck`` then ``recoverSegment``);
+* after an unclean shutdown every segment from the one holding the recovery point onward is
+  re-scanned (Kafka's ``recoverLog``): a torn or corrupt tail is truncated to the last whole,
+  valid batch, logged, and every later segment deleted; the recovered segments are fsynced;
+* a log that ends below the log start offset is emptied, an empty directory gets an empty segment
+  at the log start offset, and the epoch cache is cut to the surviving offsets;
+* the producer state is rebuilt from the snapshots (:mod:`broker.log.producer_snapshots`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.log.checkpoint import CorruptCheckpoint, fsync_dir
+from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from broker.log.log_config import LogConfig
+from broker.log.producer_snapshots import rebuild_producer_state
+from broker.log.producer_state import ProducerStateManager
+from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_STEM, TIME_INDEX_SUFFIX, LogSegment
+from client.protocol.records import BatchHeader
+
+log = logging.getLogger(__name__)
+
+STRAY_SUFFIXES = (".tmp", ".swap", ".deleted", ".cleaned")
+
+
+@dataclass
+class LoadedLog:
+    """A loaded log's state, for :meth:`broker.log.log.Log.open` to adopt."""
+
+    segments: list[LogSegment]  # never empty
+    log_start_offset: int
+    leader_epoch_cache: LeaderEpochFileCache
+    producer_state: ProducerStateManager
+    #: segment or snapshot files were created or removed without a directory fsync
+    dir_dirty: bool
+
+
+def remove_stray_files(dir: Path) -> list[int]:
+    """Delete temporary and orphaned files; return the base offsets of the segments present."""
+    bases: set[int] = set()
+    index_files: list[Path] = []
+    for path in dir.iterdir():
+        if not path.is_file():
+            continue
+        if path.name.endswith(STRAY_SUFFIXES):
+            log.warning("%s: deleting stray file %s", dir, path.name)
+            path.unlink()
+        elif path.suffix == LOG_SUFFIX and SEGMENT_STEM.match(path.stem):
+            bases.add(int(path.stem))
+        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and SEGMENT_STEM.match(path.stem):
+            index_files.append(path)
+    for path in index_files:
+        if int(path.stem) not in bases:
+            log.warning("%s: deleting index %s, which has no log file", dir, path.name)
+            path.unlink()
+    return sorted(bases)
+
+
+def open_epoch_cache(dir: Path) -> tuple[LeaderEpochFileCache, bool]:
+    """Load the leader epoch cache; on a corrupt file start empty and return False with it (the
+    caller then re-scans every segment, which rebuilds the cache from the batches' epochs)."""
+    path = dir / LEADER_EPOCH_CHECKPOINT
+    try:
+        return LeaderEpochFileCache(path), True
+    except CorruptCheckpoint as e:
+        log.warning("%s; rebuilding the leader epoch cache from the segments", e)
+        path.unlink()
+        return LeaderEpochFileCache(path), False
+
+
+def assign_epoch_from_batch(cache: LeaderEpochFileCache, header: BatchHeader) -> None:
+    """Record the batch's leader epoch when it is newer than the cache's latest (a follower's
+    append and a segment re-scan both do this)."""
+    epoch = header.partition_leader_epoch
+    if epoch >= 0 and epoch > cache.latest_epoch:
+        cache.assign(epoch, header.base_offset)
+
+
+def load_log(
+    dir: Path,
+    config: LogConfig,
+    time_ms: Callable[[], int],
+    recovery_point: int,
+    log_start_offset: int,
+    clean_shutdown: bool,
+) -> LoadedLog:
+    """Load the segments of ``dir``, recovering what an unclean shutdown may have left torn."""
+    segment_kwargs = config.segment_kwargs(time_ms)
+    bases = remove_stray_files(dir)
+    cache, cache_ok = open_epoch_cache(dir)
+    if not cache_ok:
+        recovery_point, clean_shutdown = 0, False
+
+    def assign_epoch(header: BatchHeader) -> None:
+        assign_epoch_from_batch(cache, header)
+
+    segments = [LogSegment(dir, base, **segment_kwargs) for base in bases]
+    first_unflushed = len(segments)
+    if not clean_shutdown:
+        first_unflushed = next(
+            (i for i in range(len(segments)) if i + 1 == len(segments) or bases[i + 1] > recovery_point),
+            len(segments),
+        )
+    for segment in segments[:first_unflushed]:
+        problem = segment.load()
+        if problem is not None:
+            log.warning("%s; rebuilding the segment's indexes", problem)
+            dropped = segment.recover(assign_epoch)
+            if dropped:
+                log.warning("%s: truncated %d invalid bytes at its end", segment.log_path, dropped)
+    recovered = segments[first_unflushed:]
+    for i, segment in enumerate(recovered):
+        log.info("%s: recovering unflushed segment %s", dir, segment.log_path.name)
+        dropped = segment.recover(assign_epoch)
+        if dropped:
+            later = recovered[i + 1 :]
+            log.warning(
+                "%s: torn or corrupt tail, dropped %d bytes after offset %d; deleting %d later segment(s)",
+                segment.log_path,
+                dropped,
+                segment.next_offset,
+                len(later),
+            )
+            for doomed in later:
+                doomed.delete()
+                segments.remove(doomed)
+            recovered = recovered[: i + 1]
+            break
+    if segments and segments[-1].next_offset < log_start_offset:
+        log.warning(
+            "%s: log end offset %d is below the log start offset %d; deleting all segments",
+            dir,
+            segments[-1].next_offset,
+            log_start_offset,
+        )
+        for segment in segments:
+            segment.delete()
+        segments, recovered = [], []
+    dir_dirty = False
+    if not segments:
+        segments = [LogSegment.create(dir, log_start_offset, **segment_kwargs)]
+        dir_dirty = True
+    log_end_offset = segments[-1].next_offset
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    for segment in recovered:
+        segment.flush()
+    if recovered:
+        fsync_dir(dir)
+    cache.truncate_from_end(log_end_offset)
+    cache.truncate_from_start(log_start_offset)
+    producer_state, deleted = rebuild_producer_state(
+        dir, segments, log_end_offset, time_ms(), config.producer_id_expiration_ms
+    )
+    log.info(
+        "%s: loaded %d segment(s), log start offset %d, log end offset %d, %d producer(s)%s",
+        dir,
+        len(segments),
+        log_start_offset,
+        log_end_offset,
+        len(producer_state),
+        "" if clean_shutdown else f", recovered {len(recovered)} segment(s)",
+    )
+    return LoadedLog(segments, log_start_offset, cache, producer_state, dir_dirty or deleted)

@@ -1,0 +1,21 @@
+"""The network layer's metrics sink (SPEC 9; Kafka's RequestMetrics and SocketServer meters):
+processors report each answered request with its latency and the bytes they read, the request
+handlers report the requests that failed. ``broker/metrics.py`` implements it; without a sink
+nothing is counted.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from client.protocol.api import ApiKey
+
+
+class NetworkMetrics(Protocol):
+    """An optional sink for request, byte and error counts (broker/metrics.py implements it)."""
+
+    def on_request(self, api_key: ApiKey, latency_ms: float) -> None: ...
+
+    def on_bytes(self, received: int, sent: int) -> None: ...
+
+    def on_error(self, kind: str) -> None: ...
