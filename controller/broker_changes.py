@@ -8,22 +8,19 @@ built (docs/guarantees.md "The controller under ZooKeeper blips").
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from controller import failover, topic_deletion
 from controller.event_manager import BrokerChange
 from controller.partition_state_machine import PartitionState
+from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
 from zk.client import ControllerMovedError
 from zk.data import PartitionReplica
 
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
-async def handle_broker_change(ctl: KafkaController, event: BrokerChange) -> None:
+async def handle_broker_change(ctl: ControllerParts, event: BrokerChange) -> None:
     """Kafka's processBrokerChange. Each step's requests are sent before the next step is
     made, so a bounced broker gets the failure's StopReplica before the start-up's
     LeaderAndIsr. If a step fails, the brokers it was handling are put back as they were in
@@ -74,7 +71,7 @@ async def handle_broker_change(ctl: KafkaController, event: BrokerChange) -> Non
             raise
 
 
-async def on_broker_startup(ctl: KafkaController, new_ids: list[int]) -> None:
+async def on_broker_startup(ctl: ControllerParts, new_ids: list[int]) -> None:
     ctx = ctl.context
     ctl.log_dir_failure.on_broker_startup(new_ids)  # restarted: its dirs were recovered
     # 1. everyone learns the new live-broker list; the new brokers get the whole metadata
@@ -96,13 +93,13 @@ async def on_broker_startup(ctl: KafkaController, new_ids: list[int]) -> None:
     await topic_deletion.resume_deletions(ctl)
 
 
-async def on_broker_failure(ctl: KafkaController, dead_ids: list[int]) -> None:
+async def on_broker_failure(ctl: ControllerParts, dead_ids: list[int]) -> None:
     for i in dead_ids:
         ctl.context.shutting_down_broker_ids.discard(i)
     await on_replicas_become_offline(ctl, ctl.context.replicas_on_brokers(dead_ids))
 
 
-async def on_replicas_become_offline(ctl: KafkaController, replicas: list[PartitionReplica]) -> None:
+async def on_replicas_become_offline(ctl: ControllerParts, replicas: list[PartitionReplica]) -> None:
     ctx = ctl.context
     for_deletion = [r for r in replicas if ctx.is_topic_queued_for_deletion(r.tp.topic)]
     not_for_deletion = [r for r in replicas if not ctx.is_topic_queued_for_deletion(r.tp.topic)]

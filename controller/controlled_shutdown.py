@@ -7,22 +7,19 @@ is STALE_BROKER_EPOCH (KIP-380).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from client.protocol.errors import ErrorCode, KafkaError
 from controller.event_manager import ControlledShutdown
 from controller.partition_state_machine import ElectionStrategy, PartitionState
+from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
 from zk.data import PartitionReplica
-
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
 
 async def handle_controlled_shutdown(
-    ctl: KafkaController, event: ControlledShutdown
+    ctl: ControllerParts, event: ControlledShutdown
 ) -> list[tuple[str, int]]:
     if not ctl.is_active:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {ctl.broker_id} is not the controller")

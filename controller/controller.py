@@ -26,7 +26,6 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
@@ -76,6 +75,7 @@ from controller.event_manager import (
 from controller.leader_and_isr_retry import LeaderAndIsrRetries
 from controller.log_dir_failure import LogDirFailureHandler
 from controller.partition_state_machine import PartitionStateMachine
+from controller.parts import ControllerConfig
 from controller.replica_state_machine import ReplicaStateMachine
 from zk.bridge import DeleteOp, ZkBridge, is_reset_event
 from zk.client import (
@@ -88,16 +88,6 @@ from zk.client import (
 from zk.paths import CONTROLLER_PATH
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    unclean_leader_election_enable: bool = False
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    delete_topic_enable: bool = True
-    controller_socket_timeout_ms: int = 30000
 
 
 class KafkaController:

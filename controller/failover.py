@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from controller import isr_change_notifications, preferred_election, reassignment, topic_deletion
 from controller.channel import ControllerChannelManager
@@ -16,6 +15,7 @@ from controller.event_manager import (
     PartitionReassignment,
     PreferredReplicaElection,
 )
+from controller.parts import ControllerParts
 from zk.client import (
     create_persistent_paths,
     get_broker,
@@ -36,13 +36,10 @@ from zk.paths import (
     topic_path,
 )
 
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
-async def on_controller_failover(ctl: KafkaController) -> None:
+async def on_controller_failover(ctl: ControllerParts) -> None:
     # 1. the epoch was read and incremented by the election.
     await create_persistent_paths(ctl.zk)
     # 2-3. reassignment and preferred replica election requests
@@ -87,7 +84,7 @@ async def on_controller_failover(ctl: KafkaController) -> None:
         await reassignment.handle_partition_reassignment(ctl, PartitionReassignment())
 
 
-async def initialize_context(ctl: KafkaController) -> None:
+async def initialize_context(ctl: ControllerParts) -> None:
     ctx = ctl.context
     ctx.reset()
     ctx.live_brokers.update(await read_live_brokers(ctl))
@@ -106,13 +103,13 @@ async def initialize_context(ctl: KafkaController) -> None:
         ctx.topics_to_be_deleted.update(t for t in marked if t in ctx.assignments)
 
 
-async def read_live_brokers(ctl: KafkaController) -> dict[int, BrokerInfo]:
+async def read_live_brokers(ctl: ControllerParts) -> dict[int, BrokerInfo]:
     children = await ctl.zk.get_children(BROKER_IDS_PATH, watch=ctl.on_broker_ids_watch) or []
     ids = sorted(int(c) for c in children if c.lstrip("-").isdigit())
     infos = await asyncio.gather(*(get_broker(ctl.zk, i) for i in ids))
     return {info.id: info for info in infos if info is not None}
 
 
-async def read_assignment(ctl: KafkaController, topic: str) -> dict[int, list[int]] | None:
+async def read_assignment(ctl: ControllerParts, topic: str) -> dict[int, list[int]] | None:
     got = await ctl.zk.get(topic_path(topic), watch=ctl.topic_watcher(topic))
     return None if got is None else decode_topic_assignment(got[0])

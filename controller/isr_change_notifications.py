@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from client.types import TopicPartition
 from controller.event_manager import IsrChangeNotification
+from controller.parts import ControllerParts
 from zk.client import get_partition_state
 from zk.data import decode_isr_change_notification
 from zk.paths import (
@@ -20,13 +20,10 @@ from zk.paths import (
     ISR_CHANGE_PREFIX,
 )
 
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
-async def handle_isr_change_notification(ctl: KafkaController, event: IsrChangeNotification) -> None:
+async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeNotification) -> None:
     """Refresh the named partitions' states and send them in UpdateMetadata. A notification is
     deleted only once it was read and every partition it names was re-read and propagated;
     after a failed read the rest stay, and the event comes again after a short backoff (Kafka
@@ -85,5 +82,5 @@ async def handle_isr_change_notification(ctl: KafkaController, event: IsrChangeN
         retry(0.1, ctl.events.put, IsrChangeNotification())
 
 
-async def delete_isr_change_notifications(ctl: KafkaController, notifications: list[str]) -> None:
+async def delete_isr_change_notifications(ctl: ControllerParts, notifications: list[str]) -> None:
     await ctl.delete_quietly([f"{ISR_CHANGE_NOTIFICATION_PATH}/{n}" for n in notifications])

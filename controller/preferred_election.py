@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from client.types import TopicPartition
 from controller.event_manager import (
@@ -17,16 +16,14 @@ from controller.event_manager import (
     PreferredReplicaElection,
 )
 from controller.partition_state_machine import ElectionStrategy, PartitionState
+from controller.parts import ControllerParts
 from zk.data import decode_partition_list
 from zk.paths import PREFERRED_REPLICA_ELECTION_PATH
-
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
 
-async def handle_preferred_replica_election(ctl: KafkaController, event: PreferredReplicaElection) -> None:
+async def handle_preferred_replica_election(ctl: ControllerParts, event: PreferredReplicaElection) -> None:
     if not ctl.is_active:
         return
     if await ctl.zk.exists(PREFERRED_REPLICA_ELECTION_PATH, watch=ctl.on_preferred_watch) is None:
@@ -45,7 +42,7 @@ async def handle_preferred_replica_election(ctl: KafkaController, event: Preferr
 
 
 async def on_preferred_replica_election(
-    ctl: KafkaController, partitions: list[TopicPartition], trigger: str
+    ctl: ControllerParts, partitions: list[TopicPartition], trigger: str
 ) -> None:
     ctx = ctl.context
     eligible = sorted(
@@ -63,13 +60,13 @@ async def on_preferred_replica_election(
         )
 
 
-async def rebalance_timer(ctl: KafkaController) -> None:
+async def rebalance_timer(ctl: ControllerParts) -> None:
     while True:
         await asyncio.sleep(ctl.config.leader_imbalance_check_interval_seconds)
         ctl.events.put(AutoPreferredReplicaLeaderElection())
 
 
-async def handle_auto_rebalance(ctl: KafkaController, event: AutoPreferredReplicaLeaderElection) -> None:
+async def handle_auto_rebalance(ctl: ControllerParts, event: AutoPreferredReplicaLeaderElection) -> None:
     """Kafka's checkAndTriggerAutoLeaderRebalance: per preferred broker, if more than
     leader.imbalance.per.broker.percentage of its partitions are led by others, elect it back."""
     if not ctl.is_active:

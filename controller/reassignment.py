@@ -6,18 +6,15 @@ module is where the reassignment procedure goes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from controller.event_manager import PartitionReassignment
+from controller.parts import ControllerParts
 from zk.paths import REASSIGN_PARTITIONS_PATH
-
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
 
-async def handle_partition_reassignment(ctl: KafkaController, event: PartitionReassignment) -> None:
+async def handle_partition_reassignment(ctl: ControllerParts, event: PartitionReassignment) -> None:
     if not ctl.is_active:
         return
     if await ctl.zk.exists(REASSIGN_PARTITIONS_PATH, watch=ctl.on_reassign_watch) is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from client.types import TopicPartition
 from controller import failover, topic_deletion
@@ -16,16 +15,14 @@ from controller.event_manager import (
     TopicChange,
 )
 from controller.partition_state_machine import ElectionStrategy, PartitionState
+from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
 from zk.paths import BROKER_TOPICS_PATH
-
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
 
-async def handle_topic_change(ctl: KafkaController, event: TopicChange) -> None:
+async def handle_topic_change(ctl: ControllerParts, event: TopicChange) -> None:
     if not ctl.is_active:
         return
     topics = set(await ctl.zk.get_children(BROKER_TOPICS_PATH, watch=ctl.on_topics_watch) or [])
@@ -47,7 +44,7 @@ async def handle_topic_change(ctl: KafkaController, event: TopicChange) -> None:
         await on_new_partition_creation(ctl, new_partitions)
 
 
-async def handle_partition_modifications(ctl: KafkaController, event: PartitionModifications) -> None:
+async def handle_partition_modifications(ctl: ControllerParts, event: PartitionModifications) -> None:
     if not ctl.is_active or event.topic not in ctl.context.assignments:
         return
     assignment = await failover.read_assignment(ctl, event.topic)
@@ -68,7 +65,7 @@ async def handle_partition_modifications(ctl: KafkaController, event: PartitionM
     await on_new_partition_creation(ctl, [TopicPartition(event.topic, p) for p in added])
 
 
-async def on_new_partition_creation(ctl: KafkaController, partitions: list[TopicPartition]) -> None:
+async def on_new_partition_creation(ctl: ControllerParts, partitions: list[TopicPartition]) -> None:
     ctx = ctl.context
     psm, rsm = ctl.partition_state_machine, ctl.replica_state_machine
     replicas = ctx.replicas_for_partitions(partitions)

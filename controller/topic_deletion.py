@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
@@ -19,6 +18,7 @@ from controller.event_manager import (
     TopicDeletionStopReplicaResponse,
 )
 from controller.partition_state_machine import PartitionState
+from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
 from zk.bridge import DeleteOp
 from zk.client import fenced_multi
@@ -32,13 +32,10 @@ from zk.paths import (
     topic_path,
 )
 
-if TYPE_CHECKING:
-    from controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
-async def handle_topic_deletion(ctl: KafkaController, event: TopicDeletion) -> None:
+async def handle_topic_deletion(ctl: ControllerParts, event: TopicDeletion) -> None:
     if not ctl.is_active:
         return
     marked = await ctl.zk.get_children(DELETE_TOPICS_PATH, watch=ctl.on_delete_topics_watch) or []
@@ -58,7 +55,7 @@ async def handle_topic_deletion(ctl: KafkaController, event: TopicDeletion) -> N
         await resume_deletions(ctl)
 
 
-async def resume_deletions(ctl: KafkaController) -> None:
+async def resume_deletions(ctl: ControllerParts) -> None:
     ctx, rsm = ctl.context, ctl.replica_state_machine
     if not ctl.config.delete_topic_enable:
         return
@@ -75,7 +72,7 @@ async def resume_deletions(ctl: KafkaController) -> None:
             await on_topic_deletion(ctl, topic)
 
 
-async def on_topic_deletion(ctl: KafkaController, topic: str) -> None:
+async def on_topic_deletion(ctl: ControllerParts, topic: str) -> None:
     ctx, psm, rsm = ctl.context, ctl.partition_state_machine, ctl.replica_state_machine
     partitions = ctx.partitions_for_topic(topic)
     # everyone stops serving it: UpdateMetadata announces leader -2 for its partitions
@@ -113,7 +110,7 @@ async def on_topic_deletion(ctl: KafkaController, topic: str) -> None:
         await complete_topic_deletion(ctl, topic)
 
 
-def on_stop_replica_deleted(ctl: KafkaController, broker_id: int, response: dict) -> None:
+def on_stop_replica_deleted(ctl: ControllerParts, broker_id: int, response: dict) -> None:
     """A StopReplica(delete=true) answer, in the channel's sender task: make it an event."""
     errors = {
         TopicPartition(p["topic"], p["partition"]): p["error_code"] for p in response.get("partitions", [])
@@ -124,7 +121,7 @@ def on_stop_replica_deleted(ctl: KafkaController, broker_id: int, response: dict
 
 
 async def handle_stop_replica_deletion_response(
-    ctl: KafkaController, event: TopicDeletionStopReplicaResponse
+    ctl: ControllerParts, event: TopicDeletionStopReplicaResponse
 ) -> None:
     if not ctl.is_active:
         return
@@ -144,7 +141,7 @@ async def handle_stop_replica_deletion_response(
     await resume_deletions(ctl)
 
 
-async def complete_topic_deletion(ctl: KafkaController, topic: str) -> None:
+async def complete_topic_deletion(ctl: ControllerParts, topic: str) -> None:
     ctx, rsm = ctl.context, ctl.replica_state_machine
     replicas = ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))
     await rsm.handle_state_changes(replicas, ReplicaState.NON_EXISTENT)
@@ -171,7 +168,7 @@ async def complete_topic_deletion(ctl: KafkaController, topic: str) -> None:
     ctl.record("topic_deleted", topic=topic)
 
 
-def forget_topic(ctl: KafkaController, topic: str) -> None:
+def forget_topic(ctl: ControllerParts, topic: str) -> None:
     for tp in ctl.context.partitions_for_topic(topic):
         ctl.partition_state_machine.states.pop(tp, None)
         for replica in ctl.context.replicas(tp):

@@ -28,6 +28,7 @@ from pathlib import Path
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
 from broker.log.log import Log, LogConfig, parse_topic_partition
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
+from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,6 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
-
-TopicPartition = tuple[str, int]
 
 
 class LogManager:

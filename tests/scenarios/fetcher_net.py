@@ -33,6 +33,7 @@ from client.protocol.api import ApiKey, validate_request, validate_response
 from client.protocol.errors import ErrorCode, KafkaError
 from client.protocol.framing import pack, unpack
 from client.protocol.records import build_batch, decode_records, iter_batches
+from client.types import TopicPartition
 
 TOPIC = "t"
 CONTROLLER_ID = 9
@@ -40,7 +41,6 @@ START_MS = 1_000_000
 BACKOFF_MS = 100  # replica.fetch.backoff.ms in these scenarios
 FETCH_WAIT_MS = 20  # replica.fetch.wait.max.ms: the follower's long poll
 WAIT_S = 5.0  # how long eventually() waits before failing (never a timed assertion)
-TopicPartition = tuple[str, int]
 
 
 class FakeClock:
