@@ -12,12 +12,11 @@ is the one :mod:`zk.paths` spells (docs/design.md "The ZooKeeper client layer").
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zk.data import decode_controller
+from zk.data import decode_controller, decode_partition_state
 from zk.paths import BROKER_IDS_PATH, CONTROLLER_PATH, partition_state_path
 
 ZK_CALL_TIMEOUT_S = 10.0
@@ -25,7 +24,7 @@ ZK_CALL_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class PartitionState:
-    """``/brokers/topics/<t>/partitions/<p>/state`` (SPEC 3) and its znode version."""
+    """A partition's state znode as the benchmark prints it (decoded by :func:`zk.data.decode_partition_state`)."""
 
     leader: int
     leader_epoch: int
@@ -69,13 +68,10 @@ class ZooKeeperView:
                 data, stat = self._client.get(partition_state_path(topic, partition))
             except NoNodeError:
                 return None
-            doc = json.loads(data)
+            state = decode_partition_state(data, stat.version)
+            lai = state.leader_and_isr
             return PartitionState(
-                leader=int(doc["leader"]),
-                leader_epoch=int(doc["leader_epoch"]),
-                isr=tuple(int(i) for i in doc["isr"]),
-                controller_epoch=int(doc["controller_epoch"]),
-                zk_version=stat.version,
+                lai.leader, lai.leader_epoch, lai.isr, state.controller_epoch, lai.zk_version
             )
 
         return await self._call(read)

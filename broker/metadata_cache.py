@@ -16,14 +16,7 @@ from dataclasses import dataclass
 
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode
-
-
-@dataclass(frozen=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    port: int
-    rack: str | None = None
+from zk.data import BrokerInfo
 
 
 @dataclass(frozen=True)
@@ -41,7 +34,7 @@ class MetadataCache:
     def __init__(self, broker_id: int) -> None:
         self.broker_id = broker_id
         self.controller_id = NO_LEADER
-        self.brokers: dict[int, BrokerEndpoint] = {}
+        self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[str, dict[int, CachedPartition]] = {}
 
     def update(self, body: dict) -> list[tuple[str, int]]:
@@ -49,8 +42,7 @@ class MetadataCache:
         (:meth:`LeaderAndIsrHandler.update_metadata`); returns the partitions whose state changed."""
         self.controller_id = body["controller_id"]
         self.brokers = {
-            b["id"]: BrokerEndpoint(b["id"], b["host"], b["port"], b.get("rack"))
-            for b in body["live_brokers"]
+            b["id"]: BrokerInfo(b["id"], b["host"], b["port"], b.get("rack")) for b in body["live_brokers"]
         }
         changed = []
         for state in body["partition_states"]:
@@ -85,7 +77,7 @@ class MetadataCache:
     def partition(self, topic: str, partition: int) -> CachedPartition | None:
         return self.partitions.get(topic, {}).get(partition)
 
-    def alive_broker(self, broker_id: int) -> BrokerEndpoint | None:
+    def alive_broker(self, broker_id: int) -> BrokerInfo | None:
         return self.brokers.get(broker_id)
 
     def metadata_response(self, topics: list[str] | None, cluster_id: str | None) -> dict:
