@@ -1,4 +1,5 @@
-"""What the verification job (SPEC 8) costs: wall time on ``local[2]`` for 1 and 10 million records.
+"""What the verification job (docs/design.md "Verification job") costs: wall time on ``local[2]``
+for 1 and 10 million records.
 
 For each size it writes a synthetic, clean chaos run: topic ``bench`` with 8 partitions on 3
 brokers, batches of 100 records (values of 40 bytes, unique) built with
@@ -190,12 +191,12 @@ def markdown(results: list[dict], master: str) -> str:
     lines = [
         "## Verification cost",
         "",
-        f"`bench/verify_cost.py`: the verification job (SPEC 8) on `{master}`, offline from the log dirs, over a "
+        f"`bench/verify_cost.py`: the verification job on `{master}`, offline from the log dirs, over a "
         f"clean synthetic run: topic `{TOPIC}`, {PARTITIONS} partitions x {len(BROKERS)} replicas, batches of "
         f"{RECORDS_PER_BATCH} records with {VALUE_BYTES}-byte values, one ledger line per record. Every replica's "
         "records are decoded and hashed, so the job reads 3 x N records from the segments plus N ledger lines. "
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, driver memory "
-        f"{os.environ.get('FLOODMARK_SPARK_DRIVER_MEMORY', '4g')}. JVM `fast-start` is MACHINE-NOTES' "
+        f"{os.environ.get('FLOODMARK_SPARK_DRIVER_MEMORY', '4g')}. JVM `fast-start` is "
         "`-XX:+UseSerialGC -XX:TieredStopAtLevel=1` with the small-input Spark settings (no whole-stage "
         "codegen, no adaptive execution, 2 shuffle partitions); `throughput` is `-XX:+UseParallelGC` with "
         "the full JIT and Spark's defaults (16 shuffle partitions, adaptive). `floodmark verify` picks "

@@ -1,4 +1,5 @@
-"""``floodmark-broker --config FILE [--override key=value ...]`` (SPEC 1, 2).
+"""``floodmark-broker --config FILE [--override key=value ...]`` (Kafka's ``kafka.Kafka`` main;
+docs/operations.md "The broker process" and "Broker configuration").
 
 Reads a Kafka-style properties file, applies overrides, refuses unknown keys and bad values
 by name, and runs one broker on uvloop. SIGTERM shuts down with a controlled shutdown first

@@ -1,6 +1,6 @@
-"""One handler per API key (Kafka's KafkaApis; SPEC 5.2). The only module that knows every
-subsystem: it turns validated request bodies into calls on the replica manager, the metadata
-cache, the controller and ZooKeeper, and turns their results into response bodies.
+"""One handler per API key (Kafka's KafkaApis; docs/design.md "Wire protocol"). The only module that
+knows every subsystem: it turns validated request bodies into calls on the replica manager, the
+metadata cache, the controller and ZooKeeper, and turns their results into response bodies.
 
 Handlers never block the loop: acks=all produce and long-poll fetch are parked in the
 purgatories and answered from there through ``request.respond``.
@@ -180,8 +180,9 @@ class KafkaApis:
         )
 
     async def handle_init_producer_id(self, request: Request) -> None:
-        """SPEC 5.4 "Idempotent producer": a new cluster-unique producer id at epoch 0. Without a
-        transaction coordinator, a transactional id is refused with INVALID_REQUEST."""
+        """InitProducerId (KIP-98; docs/design.md "Idempotent producer"): a new cluster-unique
+        producer id at epoch 0. Without a transaction coordinator, a transactional id is refused
+        with INVALID_REQUEST."""
         if request.body["transactional_id"] is not None:
             message = "transactions are not supported: transactional_id must be null"
             request.respond(error_body(ErrorCode.INVALID_REQUEST, message))

@@ -1,4 +1,5 @@
-"""Broker and topic configuration with Kafka's property names and defaults (SPEC 2).
+"""Broker and topic configuration with Kafka's property names and defaults (Kafka's
+KafkaConfig and LogConfig; docs/operations.md "Broker configuration" and "Topic-level overrides").
 
 One table, :data:`BROKER_PROPERTIES`, says each property's type, default and valid range;
 parsing a properties file or a ``--override key=value`` goes through it, so an unknown key

@@ -1,5 +1,5 @@
-"""Controlled shutdown, the broker's side (SPEC 4 "controlled shutdown"; Kafka's
-KafkaServer.controlledShutdown).
+"""Controlled shutdown, the broker's side (Kafka's KafkaServer.controlledShutdown;
+docs/design.md "Controller and shutdown").
 
 A broker told to stop (SIGTERM) first asks the controller to move its leaderships away, so
 that clients see a planned leader change instead of a crash: find the controller in

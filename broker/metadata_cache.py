@@ -1,4 +1,4 @@
-"""The broker's view of cluster metadata, fed by the controller's UpdateMetadata (SPEC 4, 5.2).
+"""The broker's view of cluster metadata, fed by the controller's UpdateMetadata.
 
 Every broker answers Metadata requests from this cache, never from ZooKeeper, exactly as
 Kafka's MetadataCache does; the controller keeps it current by sending UpdateMetadata to

@@ -1,4 +1,5 @@
-"""The broker's Prometheus ``/metrics`` endpoint (SPEC 9), with Kafka's headline metrics.
+"""The broker's Prometheus ``/metrics`` endpoint (docs/operations.md "Metrics"), with Kafka's
+headline metrics.
 
 Names follow what the Prometheus JMX exporter makes of Kafka's MBeans, so dashboards and alerts
 written for Kafka read them: ``kafka_controller_kafkacontroller_activecontrollercount``,

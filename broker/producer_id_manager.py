@@ -1,5 +1,5 @@
-"""Producer ids for InitProducerId, unique cluster-wide (SPEC 5.4 "Idempotent producer";
-Kafka's ZkProducerIdManager).
+"""Producer ids for InitProducerId, unique cluster-wide (KIP-98; Kafka's
+ZkProducerIdManager; docs/design.md "Idempotent producer").
 
 Each broker claims blocks of :data:`~zk.data.PRODUCER_ID_BLOCK_SIZE` (1000) ids from
 ZooKeeper's ``/latest_producer_id_block`` with a conditional write

@@ -1,4 +1,5 @@
-"""Delayed operations and the purgatory that holds them (SPEC 5.4; seed 000 "DelayedFetch").
+"""Delayed operations and the purgatory that holds them (Kafka's
+DelayedOperationPurgatory; docs/design.md "Broker").
 
 A request that cannot be answered yet (a long-poll fetch waiting for bytes, an acks=all
 produce waiting for the high watermark) becomes a :class:`DelayedOperation` parked under

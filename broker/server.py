@@ -1,5 +1,5 @@
 """The broker process: wires logs, ZooKeeper, the controller, the replica manager and the
-Reactor pipeline together, in Kafka's start-up order (SPEC 1, 4, 5; seed 000 "Broker启动过程").
+Reactor pipeline together, in the order of Kafka's KafkaServer.startup.
 
 Start-up: load and recover the logs; connect to ZooKeeper; start the request pipeline;
 register ``/brokers/ids/<id>`` (which fires the controller's broker-change watch); become a
@@ -134,9 +134,9 @@ class BrokerServer:
         log.info("[KafkaServer id=%d] started on %s:%d", self.broker_id, cfg.listener_host, self.port)
 
     def _metrics_snapshot(self) -> BrokerState:
-        """SPEC 9's gauges, read from the subsystems that own the state, at scrape time. Runs on
-        the metrics server's thread: it only reads plain attributes (a scrape racing a change
-        may see either side of it, as a JMX read would)."""
+        """The gauges of docs/operations.md "Metrics", read from the subsystems that own the state,
+        at scrape time. Runs on the metrics server's thread: it only reads plain attributes (a
+        scrape racing a change may see either side of it, as a JMX read would)."""
         rm = self.replica_manager
         partitions = [
             PartitionView(p.is_leader, len(p.assigned_replicas), len(p.isr), rm.min_insync_replicas(p.topic))
@@ -219,7 +219,7 @@ class BrokerServer:
                 handler.flush()
         self.halt(1)
 
-    # -- ZooKeeper session (SPEC 4: re-register after the session expires) ----------------------------
+    # -- ZooKeeper session (re-register after the session expires, as Kafka's KafkaHealthcheck did) ---
     def _on_zk_state(self, state: str) -> None:
         if state == "LOST":
             self._session_lost = True
@@ -286,7 +286,7 @@ class BrokerServer:
                 self.log_manager.flush_dirty_logs,
             ),
             ("purgatory-purge", 10_000, self._purge_purgatories),
-            # SPEC 5.4, Kafka's ReplicaManager.startup: ISR shrink and ISR change propagation
+            # Kafka's ReplicaManager.startup: ISR shrink and ISR change propagation
             (
                 "isr-expiration",
                 max(1, cfg["replica.lag.time.max.ms"] // 2),

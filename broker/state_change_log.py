@@ -1,4 +1,5 @@
-"""The per-broker state-change.log (SPEC 9; seed 000 "State Change Log Merge Tool").
+"""The per-broker state-change.log (Kafka's state-change.log, which Kafka's
+StateChangeLogMerger tool merges across brokers; docs/operations.md "Logs").
 
 One JSON object per line for every LeaderAndIsr / UpdateMetadata / StopReplica received and
 every controller decision, each stamped with the broker id and wall-clock milliseconds so the

@@ -1,4 +1,5 @@
-"""The fault vocabulary on two backends (SPEC 8 "Local runner" and the docker-compose bullet).
+"""The fault vocabulary on two backends (the local runner and docker-compose;
+docs/operations.md "Chaos runs and verification", docs/docker.md "Chaos with the docker backend").
 
 Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on either:
 

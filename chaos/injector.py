@@ -1,4 +1,5 @@
-"""Carry out a fault schedule against a live cluster (SPEC 8; issue 4 items 1 and 3).
+"""Carry out a fault schedule against a live cluster (docs/operations.md "Chaos runs
+and verification"; issue 4 items 1 and 3).
 
 For each :class:`chaos.schedule.Fault`, at its time: resolve its target role to a broker id
 (the leader of a partition, from the cluster's metadata; the controller, from ZooKeeper's

@@ -1,4 +1,5 @@
-"""``floodmark chaos run``: the main job (SPEC 8; issue 4 item 3).
+"""``floodmark chaos run``: the main job (docs/operations.md "Chaos runs and verification"; issue 4
+item 3).
 
 1. Start a local cluster (devcluster/) in the data dir unless one runs there (brokers in
    network namespaces when partitions are asked for and this is root; on faultable disks,

@@ -1,17 +1,17 @@
-"""A seeded fault schedule (SPEC 8, issue 4 item 3): the same seed and duration always give
-the same list of faults, so a failing chaos run can be replayed.
+"""A seeded fault schedule (docs/operations.md "Chaos runs and verification"; issue 4 item 3): the
+same seed and duration always give the same list of faults, so a failing chaos run can be replayed.
 
 Sans-IO: this module only decides *what* happens *when*; ``chaos.faults`` does it. Targets are
 roles ("the leader of partition 3", "the controller", "broker 2"), resolved against the live
 cluster at the moment the fault fires, because who leads depends on what happened before.
 
-The fault kinds are the ones SPEC 8 names:
+The fault kinds (docs/operations.md "Chaos runs and verification" lists them for operators):
 
 ========== =============================================== ==========================================
 kind       what it does                                    what it imitates
 ========== =============================================== ==========================================
-kill       SIGKILL a partition leader, restart it later     a crash (seed 000 "Broker Failover")
-controller SIGKILL the active controller, restart it later  controller failover (seed 000, 12 steps)
+kill       SIGKILL a partition leader, restart it later     a crash (KafkaController.onBrokerFailure)
+controller SIGKILL the active controller, restart it later  controller failover (onControllerFailover)
 pause      SIGSTOP longer than the ZooKeeper session, CONT  a long GC pause: the session expires
 term       SIGTERM (controlled shutdown), restart later     a rolling restart
 partition  isolate a broker's network, heal later (root)    a network partition

@@ -1,6 +1,6 @@
-"""The chaos workload (SPEC 8 "Workload"; issue 4 item 2): producers with acks=all and
-idempotence writing unique values, recording every acknowledged write and every error, and a
-watcher recording every leadership change it observes.
+"""The chaos workload (docs/design.md "Chaos and verification"; issue 4 item 2): producers with
+acks=all and idempotence writing unique values, recording every acknowledged write and every error,
+and a watcher recording every leadership change it observes.
 
 Each writer is one idempotent producer. Its values are ``<run>/<writer>/<n>``, unique across
 the run, keyed so they spread over every partition. The send rate is bounded (records per

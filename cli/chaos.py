@@ -1,7 +1,8 @@
-"""``floodmark chaos run`` (SPEC 7, 8; issue 4 item 3): a workload under a seeded fault schedule,
-then the Spark verification. The CLI is the operator's composition root, so this command
-imports the chaos runner (inside the function, like ``cluster``) and is the one place that hands
-it the verification job (:func:`run_chaos`): chaos and verify never import each other.
+"""``floodmark chaos run`` (docs/operations.md "Chaos runs and verification"; issue 4 item 3): a
+workload under a seeded fault schedule, then the Spark verification. The CLI is the operator's
+composition root, so this command imports the chaos runner (inside the function, like ``cluster``)
+and is the one place that hands it the verification job (:func:`run_chaos`): chaos and verify never
+import each other.
 
 Exit codes: 0 when the verification found nothing, 3 when it found a violation (as
 ``floodmark verify``), 1 when the run could not be carried out (one ``Error:`` line).

@@ -1,5 +1,6 @@
 """``floodmark cluster up|status|down|kill|start|isolate|disk``: the local cluster runner's commands
-(SPEC 7, 8). ``disk`` fills or breaks a broker's disk (docs/operations.md, "Disk faults").
+(docs/operations.md "Local cluster layout"). ``disk`` fills or breaks a broker's disk
+(docs/operations.md, "Disk faults").
 
 This group is the operator's composition root: it is the only part of ``client`` that touches
 ``chaos`` (lazily, inside each command). Client library code never imports ``chaos``.

@@ -1,5 +1,6 @@
-"""What every ``floodmark`` subcommand shares (SPEC 7): bootstrap resolution, option parsing,
-running a coroutine on uvloop, and the error type that prints as one line.
+"""What every ``floodmark`` subcommand shares (docs/operations.md "The floodmark CLI"): bootstrap
+resolution, option parsing, running a coroutine on uvloop, and the error type that prints as one
+line.
 
 Bootstrap servers come from ``--bootstrap-server``, then ``FLOODMARK_BOOTSTRAP``, then the
 ``bootstrap`` key of the local cluster's state file ``./.floodmark/cluster.json``. The state file

@@ -1,4 +1,4 @@
-"""``floodmark consume``: print a topic's records, one a line, like kafka-console-consumer (SPEC 7).
+"""``floodmark consume``: print a topic's records, one a line, like kafka-console-consumer.
 
 All partitions are assigned (or the one ``--partition`` names; no consumer group). The start
 is the end of each partition, the beginning with ``--from-beginning``, or ``--offset``

@@ -1,4 +1,5 @@
-"""The ``floodmark`` command (SPEC 7): the click group, its subcommands, and one error policy.
+"""The ``floodmark`` command (docs/operations.md "The floodmark CLI"): the click group, its
+subcommands, and one error policy.
 
 Errors are one readable line on stderr and a non-zero exit, never a traceback: a KafkaError
 prints as ``Error: NOT_LEADER_OR_FOLLOWER: ...`` and exits 1, Ctrl-C exits 130, a closed pipe

@@ -1,4 +1,4 @@
-"""``floodmark perf produce|consume``: Kafka's ProducerPerformance and ConsumerPerformance (SPEC 7).
+"""``floodmark perf produce|consume``: Kafka's ProducerPerformance and ConsumerPerformance.
 
 The output lines are Kafka's, number formats included, so results read like Kafka's:
 

@@ -1,4 +1,4 @@
-"""``floodmark produce``: one record per stdin line, like kafka-console-producer (SPEC 7).
+"""``floodmark produce``: one record per stdin line, like kafka-console-producer.
 
 With ``--key-separator SEP`` (or ``--parse-key``, whose default separator is Kafka's tab) each
 line is ``key SEP value``, split at the first SEP; a line without SEP stops the command, as

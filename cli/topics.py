@@ -1,4 +1,4 @@
-"""``floodmark topics create|list|describe|delete`` (SPEC 7), printing what kafka-topics.sh prints.
+"""``floodmark topics create|list|describe|delete``, printing what kafka-topics.sh prints.
 
 ``describe`` uses Kafka's text layout (a header line per topic, then one tab-indented line per
 partition; ``Leader: none`` when there is no leader) or ``--json``. With

@@ -1,4 +1,5 @@
-"""``floodmark verify``: run the PySpark verification job over a chaos run's report dir (SPEC 7, 8).
+"""``floodmark verify``: run the PySpark verification job over a chaos run's report dir
+(docs/operations.md "Chaos runs and verification").
 
 It reads ``R/ledger.jsonl`` and ``R/events.jsonl``, the committed log of the live cluster
 (``--bootstrap-server``, else ``$FLOODMARK_BOOTSTRAP``, else the local cluster's state file) and

@@ -1,4 +1,5 @@
-"""floodmark's client library: producer, consumer, admin, and their synchronous facades (SPEC 6).
+"""floodmark's client library: producer, consumer, admin, and their synchronous facades
+(Kafka's KafkaProducer, KafkaConsumer and Admin; docs/design.md "Client").
 
 Everything a user process links; it imports nothing from the broker, controller, chaos or
 verify packages. The wire contract lives in :mod:`client.protocol`.

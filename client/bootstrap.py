@@ -1,4 +1,5 @@
-"""Parsing ``bootstrap.servers`` (SPEC 6, SPEC 7: ``--bootstrap-server`` / ``FLOODMARK_BOOTSTRAP``).
+"""Parsing Kafka's ``bootstrap.servers`` (on the command line ``--bootstrap-server`` /
+``FLOODMARK_BOOTSTRAP``: docs/operations.md "Bootstrap servers").
 
 Accepted: ``"h1:9092,h2:9092"``, a sequence of ``"host:port"`` strings, or a sequence of
 ``(host, port)`` pairs. IPv6 literals are written in brackets (``"[::1]:9092"``). Empty

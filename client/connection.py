@@ -1,8 +1,9 @@
-"""One TCP connection to a broker: correlation ids, pipelining, per-request timeouts (SPEC 6).
+"""One TCP connection to a broker: correlation ids, pipelining, per-request timeouts.
 
-Many requests may be in flight on one connection; the broker answers them in order
-(SPEC 5.1), and responses are matched to callers by correlation id. A connection that
-fails fails every waiter with a retriable NETWORK_EXCEPTION and is not reused.
+Many requests may be in flight on one connection; the broker answers them in order (a connection is
+muted while its request is handled; docs/design.md "Broker"), and responses are matched to callers
+by correlation id. A connection that fails fails every waiter with a retriable NETWORK_EXCEPTION and
+is not reused.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Choosing a record's partition, compatible with Kafka's Java client (SPEC 6).
+"""Choosing a record's partition, compatible with Kafka's Java client (its
+DefaultPartitioner and KIP-480's sticky partitioner).
 
 * Keyed records: ``toPositive(murmur2(key)) % numPartitions`` - the same partition the Java
   client (and kafka-python) would pick, so keys keep their partitions across clients.

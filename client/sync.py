@@ -1,4 +1,4 @@
-"""A small synchronous facade over the asyncio clients, for scripts (SPEC 6).
+"""A small synchronous facade over the asyncio clients, for scripts.
 
 Each facade owns a private uvloop event loop running in a daemon thread and forwards every
 call to it with ``run_coroutine_threadsafe``, so the asyncio client objects are only ever

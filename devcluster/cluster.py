@@ -1,18 +1,18 @@
-"""The local cluster runner: one ZooKeeper and N broker processes on loopback (SPEC 8, first
-bullet). ``LocalCluster`` composes the parts of ``devcluster``: the state file (``state``), the
-broker processes (``processes``), the ZooKeeper process (``zookeeper``), the network namespaces
+"""The local cluster runner (docs/operations.md "Local cluster layout"): one ZooKeeper and N broker
+processes on loopback. ``LocalCluster`` composes the parts of ``devcluster``: the state file (``state``),
+the broker processes (``processes``), the ZooKeeper process (``zookeeper``), the network namespaces
 (``netns``) and the ports (``ports``). ``LocalCluster(DIR)`` owns a data directory laid out as::
 
     DIR/cluster.json                  the state file (ports, pids, configs, bootstrap string)
     DIR/zookeeper/                    ZooKeeper's data and zookeeper.out
-    DIR/broker-<i>/server.properties  Kafka property names (SPEC 2)
+    DIR/broker-<i>/server.properties  Kafka property names (docs/operations.md)
     DIR/broker-<i>/data/              the broker's log.dirs (with ``up(disk_size=...)``, a FUSE
                                       filesystem over a tmpfs that can fill or fail: devcluster/disk.py)
     DIR/broker-<i>/broker.out         the broker's stdout and stderr
 
-Faults are ``os.kill`` on a recorded pid. Health comes from ZooKeeper itself: a broker is
-registered when ``/brokers/ids/<id>`` exists, the controller is whoever ``/controller`` names
-(SPEC 3). Users: the ``floodmark cluster`` commands (cli/), the chaos runner, tests, benchmarks.
+Faults are ``os.kill`` on a recorded pid. Health comes from ZooKeeper itself (docs/operations.md "ZooKeeper
+paths"): a broker is registered when ``/brokers/ids/<id>`` exists, the controller is whoever ``/controller``
+names. Users: the ``floodmark cluster`` commands (cli/), the chaos runner, tests, benchmarks.
 """
 
 from __future__ import annotations

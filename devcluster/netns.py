@@ -1,5 +1,5 @@
-"""Network partitions for the local cluster with Linux network namespaces (SPEC 8, "when
-running as root, network partitions with network namespaces (ip netns, veth, a bridge)").
+"""Network partitions for the local cluster with Linux network namespaces (ip netns,
+veth, a bridge), when running as root (docs/design.md "Chaos and verification").
 
 Each broker runs in a namespace of its own, joined to one bridge in the root namespace::
 

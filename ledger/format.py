@@ -1,4 +1,5 @@
-"""The chaos workload's ledger: what was acknowledged, what failed, and what happened (SPEC 8).
+"""The chaos workload's ledger: what was acknowledged, what failed, and what happened
+(docs/operations.md "Chaos runs and verification").
 
 The workload (producers with acks=all and idempotence, unique values) writes; the verification
 job (:mod:`verify.job`) reads. Both sides digest values with :func:`value_digest`, so the ledger

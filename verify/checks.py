@@ -1,4 +1,5 @@
-"""The verification checks of SPEC 8 as Spark DataFrame operations; each returns offending rows.
+"""The verification checks (docs/design.md "Verification job") as Spark DataFrame operations; each
+returns offending rows.
 
 Inputs (column names as the data sources and :mod:`verify.job` build them):
 

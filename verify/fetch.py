@@ -1,4 +1,4 @@
-"""Committed records straight from a live cluster, as raw batches (SPEC 8, "Verification job").
+"""Committed records straight from a live cluster, as raw batches (docs/design.md "Verification job").
 
 The verification job needs what a consumer cannot give it: each record's batch header (producer
 id and epoch, base sequence, partition leader epoch, whether the CRC holds). So it does what the

@@ -1,4 +1,5 @@
-"""The verification job (SPEC 8): ledger + committed log + replicas' segment files -> report.
+"""The verification job (docs/design.md "Verification job"): ledger + committed log + replicas'
+segment files -> report.
 
 ``run_verification(R, bootstrap, log_dirs)`` reads ``R/ledger.jsonl`` and ``R/events.jsonl``
 (:mod:`ledger.format`) and
@@ -113,7 +114,8 @@ def run_verification(
         say(f"starting Spark ({master})")
         with timings.measure("spark_start"):
             if fast_start is None:
-                # MACHINE-NOTES' fast-start JVM wins below the line, the throughput JVM above it
+                # the fast-start JVM wins below the line, the throughput JVM above it
+                # (docs/benchmarks.md "Verification cost")
                 fast_start = small_input
             jvm = "fast-start" if fast_start else "throughput"
             say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")

@@ -1,5 +1,5 @@
-"""The verification report's PNG timeline (SPEC 8): throughput, latency and errors over time,
-with the injected faults marked.
+"""The verification report's PNG timeline (``R/timeline.png``): throughput, latency and errors over
+time, with the injected faults marked.
 
 Input is already aggregated (the job buckets the ledger in Spark, so a ten-million-line ledger
 becomes a few hundred points): acknowledged writes and latency percentiles per time bucket, error

@@ -1,10 +1,10 @@
-"""The replicas in a set of log dirs and their checkpoint files, read in the driver (SPEC 8).
+"""The replicas in a set of log dirs and their checkpoint files, read in the driver.
 
 A log dir (``<cluster>/broker-<id>/data`` for the local runner) holds one directory per replica,
 ``<topic>-<partition>``, with ``<20-digit base offset>.log`` segments and a
-``leader-epoch-checkpoint``, and three offset checkpoints of its own (SPEC 5.3). The files are
-small, so the job reads them here in plain Python and hands Spark small DataFrames; only the
-segments go through a Spark data source (:mod:`verify.sources`).
+``leader-epoch-checkpoint``, and three offset checkpoints of its own (docs/operations.md "Local
+cluster layout"). The files are small, so the job reads them here in plain Python and hands Spark
+small DataFrames; only the segments go through a Spark data source (:mod:`verify.sources`).
 
 Both checkpoint formats are Kafka's text files, parsed here from their documented layout
 (``verify`` may not import ``broker``)::

@@ -1,4 +1,5 @@
-"""The verification job's written report (SPEC 8): ``R/verification.json`` and ``R/summary.md``.
+"""The verification job's written report (docs/operations.md "Chaos runs and verification"):
+``R/verification.json`` and ``R/summary.md``.
 
 ``verification.json`` holds ``ok``, the ``counts`` (acknowledged, committed, errors and one per
 check), the offending rows of each check (at most ``row_cap`` each, ``truncated`` says where there

@@ -1,4 +1,4 @@
-"""Read a replica's segment files straight from a log dir and compare replicas (SPEC 5.3, 8).
+"""Read a replica's segment files straight from a log dir and compare replicas.
 
 Every replica of a partition must hold byte-identical batches below the high watermark: the
 leader assigns offsets and stamps its leader epoch before any follower copies a batch, and
@@ -6,10 +6,10 @@ followers copy bytes without re-encoding. This module reads ``<log.dir>/<topic>-
 with :mod:`client.protocol.records` only (no broker code), stopping at the first torn or
 corrupt batch, so it can read the logs of a live broker as well as a dead one.
 
-:func:`scan_replica` is the verification job's view (SPEC 8): it does not stop at a batch that
-fails its CRC but reports it (``crc_ok=False``) and goes on, because a corrupt batch below the
-high watermark is exactly what the divergence check must see; it stops only where the bytes
-no longer frame a batch (a torn tail).
+:func:`scan_replica` is the verification job's view (docs/design.md "Verification job"): it does not
+stop at a batch that fails its CRC but reports it (``crc_ok=False``) and goes on, because a corrupt
+batch below the high watermark is exactly what the divergence check must see; it stops only where
+the bytes no longer frame a batch (a torn tail).
 """
 
 from __future__ import annotations

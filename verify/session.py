@@ -1,6 +1,7 @@
-"""The SparkSession the verification job runs in, with this machine's settings (SPEC 8).
+"""The SparkSession the verification job runs in, with this machine's settings
+(docs/design.md "Verification job").
 
-MACHINE-NOTES (PySpark 4): Python workers must start the interpreter running the driver
+What PySpark 4 needs here: Python workers must start the interpreter running the driver
 (``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = ``sys.executable``), Spark binds to loopback
 (``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``), the UI is off, shuffles use few partitions
 (16, which adaptive execution coalesces further when the data is small),
@@ -54,7 +55,7 @@ def build_session(
     fast_start: bool = False,
     extra_conf: dict[str, str] | None = None,
 ) -> Any:
-    """A SparkSession for ``master`` with the MACHINE-NOTES settings and the floodmark sources."""
+    """A SparkSession for ``master`` with the settings above and the floodmark sources."""
     # JAVA_TOOL_OPTIONS is for Spark's JVM only: it is set while the JVM starts and restored
     # after, so JVMs this process starts later (ZooKeeper in the tests) do not inherit it.
     before = os.environ.get("JAVA_TOOL_OPTIONS")

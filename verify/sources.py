@@ -1,4 +1,4 @@
-"""The verification job's two Spark 4 Python data sources (SPEC 8, "Verification job").
+"""The verification job's two Spark 4 Python data sources (docs/design.md "Verification job").
 
 ``floodmark_committed`` reads the committed log of a live cluster: one Spark partition per topic
 partition, each reading ``[log start offset, high watermark)`` from the partition's leader as

@@ -294,7 +294,8 @@ class ZkBridge:
     async def multi(self, ops: Sequence[ZkOp]) -> list:
         """Commit ``ops`` atomically. Kazoo's commit does not raise: it returns RolledBackError for
         the operations before the failing one, the real error for it, RuntimeInconsistency after
-        (MACHINE-NOTES). This raises the real error, with ``op_index`` set to the failing op."""
+        (kazoo's ``TransactionRequest.commit``). This raises the real error, with ``op_index`` set
+        to the failing op."""
 
         def send() -> Any:
             transaction = self.client.transaction()

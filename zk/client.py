@@ -181,7 +181,8 @@ async def register_broker(
 async def update_leader_and_isr(
     zk: ZkBridge, tp: TopicPartition, leader_and_isr: LeaderAndIsr, controller_epoch: int
 ) -> LeaderAndIsr | None:
-    """The partition leader's ISR change (SPEC 5.4, Kafka's ReplicationUtils.updateLeaderAndIsr):
+    """The partition leader's ISR change (Kafka's ReplicationUtils.updateLeaderAndIsr;
+    docs/design.md "ISR management"):
     write the state znode conditional on ``leader_and_isr.zk_version``. Returns the written state
     with its new zkVersion, or None when the znode moved on (BADVERSION) or is gone: the caller
     must keep its in-memory ISR unchanged and wait for the controller's LeaderAndIsr.

@@ -202,7 +202,8 @@ def decode_log_dir_event(data: bytes) -> int:
 
 
 def encode_partition_list(partitions: Iterable[TopicPartition]) -> bytes:
-    """/admin/preferred_replica_election (seed 003 2.12)."""
+    """/admin/preferred_replica_election (Kafka's PreferredReplicaElectionZNode; docs/operations.md
+    "ZooKeeper paths")."""
     return _dumps(
         {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
     )
@@ -213,7 +214,8 @@ def decode_partition_list(data: bytes) -> list[TopicPartition]:
 
 
 def encode_reassignment(reassignment: dict[TopicPartition, Sequence[int]]) -> bytes:
-    """/admin/reassign_partitions (seed 003 2.11)."""
+    """/admin/reassign_partitions (Kafka's ReassignPartitionsZNode; docs/operations.md
+    "ZooKeeper paths")."""
     return _dumps(
         {
             "version": 1,

@@ -23,7 +23,8 @@ ISR_CHANGE_PREFIX = "isr_change_"
 #: KIP-112: a broker whose log dir failed writes log_dir_event_<seq> here (Kafka's LogDirEventNotificationZNode).
 LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
-#: Kafka's ProducerIdBlockZNode: the last block of producer ids handed to a broker (SPEC 5.4).
+#: Kafka's ProducerIdBlockZNode: the last block of producer ids handed to a broker
+#: (KIP-98; docs/design.md "Idempotent producer").
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 
 #: The persistent paths Kafka creates at start-up (KafkaZkClient.createTopLevelPaths).

@@ -1,5 +1,5 @@
-"""The broker's log storage (SPEC 5.3): segments, indexes, checkpoints, the leader epoch cache,
-recovery and retention. Knows nothing of the network, ZooKeeper or replication."""
+"""The broker's log storage (Kafka's ``kafka.log``): segments, indexes, checkpoints, the leader
+epoch cache, recovery and retention. Knows nothing of the network, ZooKeeper or replication."""
 
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, atomic_write_text
 from broker.log.index import OffsetIndex, TimeIndex

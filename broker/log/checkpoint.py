@@ -1,4 +1,5 @@
-"""Offset checkpoint files, in Kafka's text format (SPEC 5.3 Storage).
+"""Offset checkpoint files, in Kafka's text format (Kafka's
+OffsetCheckpointFile; docs/operations.md "Local cluster layout").
 
 Each log dir holds three of them: ``replication-offset-checkpoint`` (the high watermarks),
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``::

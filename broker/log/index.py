@@ -1,4 +1,5 @@
-"""A segment's offset index and time index (SPEC 5.3 Storage), Kafka's on-disk layout.
+"""A segment's offset index and time index: Kafka's OffsetIndex and TimeIndex, in
+their on-disk layout.
 
 ``<base>.index``: sparse, 8-byte entries ``relative offset (uint32 BE), file position (uint32 BE)``;
 an entry maps the last offset of a batch to the position where that batch starts, one entry per

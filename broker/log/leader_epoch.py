@@ -1,4 +1,5 @@
-"""The leader epoch cache of KIP-101 (SPEC 5.4 "Leader epoch"; seeds 001 and 002).
+"""The leader epoch cache of KIP-101 (Kafka's LeaderEpochFileCache; docs/guarantees.md
+"No acknowledged write lost, no divergence").
 
 Each replica remembers, per leader epoch, the first offset written in it: a list of
 ``(epoch, start_offset)`` with both strictly increasing, persisted in the partition's
@@ -8,8 +9,9 @@ Each replica remembers, per leader epoch, the first offset written in it: a list
     <count>
     <epoch> <start_offset>      (one line per entry)
 
-``end_offset_for`` answers OffsetsForLeaderEpoch; seed 002's example: with entries
-(1, 20) (2, 80) (3, 120) a follower whose last epoch is 1 is told 80.
+``end_offset_for`` answers OffsetsForLeaderEpoch: the end offset of an epoch is the start offset
+of the next epoch the cache knows. With entries (1, 20) (2, 80) (3, 120), a follower whose last
+epoch is 1 is told 80, and truncates there if its log goes further.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ class Log:
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
         """Validate, check producer sequences, assign offsets from the LEO, stamp
         ``leader_epoch``, write. A retried duplicate is not written: the answer carries the
-        original offsets and ``duplicate=True`` (SPEC 5.4)."""
+        original offsets and ``duplicate=True`` (KIP-98)."""
         batches = validate_records(records, self.config, self._name, as_leader=True)
         with self._lock:
             self._check_open()

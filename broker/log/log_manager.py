@@ -1,4 +1,5 @@
-"""Every partition log on this broker, across its log dirs (SPEC 5.3 Storage).
+"""Every partition log on this broker, across its log dirs (JBOD; docs/design.md
+"Log dir failure").
 
 Kafka's LogManager: loads the ``<topic>-<partition>`` directories of each log dir at start-up
 (recovering them unless the dir holds the clean-shutdown marker), places new logs in the dir
@@ -302,7 +303,7 @@ class LogManager:
                 self._write_checkpoints(log_dir)
             for lg in logs:
                 with contextlib.suppress(KafkaStorageError):
-                    lg.take_producer_snapshot()  # SPEC 5.4: the next start replays no batch header
+                    lg.take_producer_snapshot()  # producer state: the next start replays no batch header
                 lg.close()
             for log_dir in self.online_log_dirs:
                 with self.failure_channel.io_errors(

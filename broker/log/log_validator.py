@@ -38,7 +38,7 @@ class LogAppendInfo:
     num_records: int
     valid_bytes: int
     batches: list[BatchHeader]  # as written: offsets assigned, leader epoch stamped
-    #: True when the record set was a retried duplicate of a batch already in the log (SPEC 5.4):
+    #: True when the record set was a retried duplicate of a batch already in the log (KIP-98):
     #: nothing was written and first/last offset are the original batch's.
     duplicate: bool = False
 

@@ -1,5 +1,5 @@
 """Per-producer sequence state of one partition: the idempotent producer's broker half
-(SPEC 5.4 "Idempotent producer"; Kafka's ProducerStateManager, KIP-98 and KIP-360).
+(Kafka's ProducerStateManager, KIP-98 and KIP-360; docs/design.md "Idempotent producer").
 
 Sans-IO: it sees batch headers (:class:`~client.protocol.records.BatchHeader`), never records,
 and costs O(1) per batch. The :class:`~broker.log.log.Log` owns one, feeds it every batch it

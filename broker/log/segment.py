@@ -1,4 +1,4 @@
-"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex`` (SPEC 5.3 Storage).
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex`` (Kafka's LogSegment).
 
 The ``.log`` file is a plain concatenation of RecordBatch v2 batches, exactly as Kafka writes
 them. The segment only walks batch headers (:func:`client.protocol.records.parse_header`); it

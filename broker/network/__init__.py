@@ -1,4 +1,5 @@
-"""The broker's network layer: the Reactor pipeline of SPEC 5.1 (seed 000 "Broker响应请求流程").
+"""The broker's network layer: the Reactor pipeline of Kafka's SocketServer
+(docs/design.md "Broker").
 
 Acceptor -> Processors -> RequestChannel -> request handlers -> the injected API handler, and back.
 """

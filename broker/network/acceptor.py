@@ -1,5 +1,4 @@
-"""The Acceptor: the listening socket (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's
-``SocketServer.Acceptor``).
+"""The Acceptor: the listening socket (Kafka's ``SocketServer.Acceptor``; docs/design.md "Broker").
 
 It accepts connections and hands each, round-robin, to one of the processors; after that the
 connection belongs to the processor. :class:`~broker.network.quotas.ConnectionQuotas` enforces

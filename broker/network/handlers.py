@@ -1,5 +1,4 @@
-"""The request handler pool (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's
-``KafkaRequestHandlerPool``).
+"""The request handler pool (Kafka's ``KafkaRequestHandlerPool``; docs/design.md "Broker").
 
 ``num.io.threads`` tasks take requests off the RequestChannel and await the injected API handler
 (Kafka's KafkaApis). The API handler may return before answering: a request parked in a purgatory

@@ -1,7 +1,7 @@
-"""A rate limit for log lines about misbehaving clients (SPEC 5.1): a token bucket, so a flood
-of garbage from one client costs a few log lines and a count, not megabytes. Used by the
-processors (rejected frames, idle connections) and by :class:`~broker.network.quotas.ConnectionQuotas` (refused
-connections over ``max.connections``).
+"""A rate limit for log lines about misbehaving clients (docs/guarantees.md "Bad input loses
+nothing"): a token bucket, so a flood of garbage from one client costs a few log lines and a count,
+not megabytes. Used by the processors (rejected frames, idle connections) and by
+:class:`~broker.network.quotas.ConnectionQuotas` (refused connections over ``max.connections``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The network layer's metrics sink (SPEC 9; Kafka's RequestMetrics and SocketServer meters):
-processors report each answered request with its latency and the bytes they read, the request
-handlers report the requests that failed. ``broker/metrics.py`` implements it; without a sink
-nothing is counted.
+"""The network layer's metrics sink (docs/operations.md "Metrics"; Kafka's RequestMetrics and
+SocketServer meters): processors report each answered request with its latency and the bytes they
+read, the request handlers report the requests that failed. ``broker/metrics.py`` implements it;
+without a sink nothing is counted.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Processors: each owns a set of connections, turns their bytes into Requests and writes the
-Responses back (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's ``SocketServer.Processor``).
+Responses back (Kafka's ``SocketServer.Processor``; docs/design.md "Broker").
 
 A :class:`Connection` is the asyncio.Protocol of one accepted socket. It feeds bytes to a
 :class:`FrameDecoder` (an oversize length closes the connection before the body is buffered),

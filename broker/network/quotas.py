@@ -1,4 +1,4 @@
-"""Connection quotas: ``max.connections`` (SPEC 5.1; Kafka's ``SocketServer.ConnectionQuotas``).
+"""Connection quotas: ``max.connections`` (Kafka's ``SocketServer.ConnectionQuotas``).
 
 The acceptor's connections count against the limit as they are made; one over it is closed at
 once, with a rate-limited log line (:class:`~broker.network.log_limiter.LogLimiter`).

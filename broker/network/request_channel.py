@@ -1,5 +1,5 @@
 """The RequestChannel: where processors hand requests to handlers and get responses back
-(SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's ``kafka.network.RequestChannel``).
+(Kafka's ``kafka.network.RequestChannel``; docs/design.md "Broker").
 
 It holds one bounded request queue shared by every processor (``queued.max.requests``) and one
 unbounded response queue per processor. A connection has at most one request in flight (it is

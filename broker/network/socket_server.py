@@ -1,7 +1,6 @@
-"""The broker's network layer, wired (SPEC 5.1; seed 000 "Broker响应请求流程", Kafka's
-``SocketServer``): one Acceptor, ``num.network.threads`` Processors, a RequestChannel and
-``num.io.threads`` request handlers feeding an injected API handler. It knows nothing of logs,
-partitions or ZooKeeper.
+"""The broker's network layer, wired (Kafka's ``SocketServer``; docs/design.md "Broker"): one
+Acceptor, ``num.network.threads`` Processors, a RequestChannel and ``num.io.threads`` request
+handlers feeding an injected API handler. It knows nothing of logs, partitions or ZooKeeper.
 
 Why tasks on one loop, not threads: in CPython the GIL lets only one thread run Python code, and
 everything here (msgpack decoding, validation, the API layer) is Python code, so threads would add
@@ -29,7 +28,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """The network settings of SPEC 2 (``num.network.threads`` and friends)."""
+    """The network settings of docs/operations.md "Broker configuration" (``num.network.threads`` and
+    friends)."""
 
     host: str = "127.0.0.1"
     port: int = 9092  # 0 = an ephemeral port; SocketServer.port holds the bound one

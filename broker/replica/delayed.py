@@ -1,4 +1,5 @@
-"""DelayedProduce and DelayedFetch: the two operations the purgatories hold (SPEC 5.4; seed 000).
+"""DelayedProduce and DelayedFetch: the two operations the purgatories hold (Kafka's
+DelayedProduce and DelayedFetch; docs/guarantees.md "acks=all and min.insync.replicas").
 
 DelayedProduce (acks=all) completes for each partition when the HW passes the batch's last
 offset (success), the ISR is below min.insync.replicas at that point
@@ -133,7 +134,7 @@ class DelayedFetch(DelayedOperation):
             if fetch_offset > end or fetch_offset < log_.log_start_offset:
                 return self.force_complete()  # out of range: answer with the error now
             if is_follower and log_.high_watermark != status.high_watermark:
-                # SPEC 5.4: the HW moved; a follower learns its new HW from the answer
+                # the HW moved; a follower learns its new HW from the answer
                 # now, not up to replica.fetch.wait.max.ms later (Kafka's DelayedFetch case H).
                 return self.force_complete()
             if end > fetch_offset:

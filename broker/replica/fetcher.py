@@ -1,4 +1,5 @@
-"""Replica fetchers: followers pull from leaders (SPEC 5.4; seed 000 follower FETCH; seeds 001, 002).
+"""Replica fetchers: followers pull from leaders (KIP-101, KIP-279;
+docs/guarantees.md "No acknowledged write lost, no divergence").
 
 One :class:`ReplicaFetcher` per source broker (Kafka's ReplicaFetcherThread over
 AbstractFetcherThread) fetches every partition this broker follows from that leader in a single
@@ -194,7 +195,7 @@ class ReplicaFetcher:
     def _timeout(self) -> float:
         return (self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"]) / 1000
 
-    # -- truncation (seed 001/002, KIP-101/279) ----------------------------------------------------------
+    # -- truncation (KIP-101/279) ------------------------------------------------------------------------
     def _truncation_pending(self) -> dict[TopicPartition, FetchState]:
         """Partitions in truncation and not backing off (Kafka's PartitionFetchState.isTruncating)."""
         now = asyncio.get_running_loop().time()
@@ -366,7 +367,8 @@ class ReplicaFetcher:
 
         * We are ahead of the leader's log end: under ``leader-epoch`` truncate again by epochs;
           under ``high-watermark`` (pre-0.11) cut our log to the leader's end, which is where
-          seed 001's acknowledged writes get lost.
+          acknowledged writes get lost (docs/guarantees.md
+          "No acknowledged write lost, no divergence").
         * We are behind the leader's log start (retention moved it): restart at its log start.
 
         Kafka does this holding ``partitionMapLock``, which LeaderAndIsr also needs; here each

@@ -1,6 +1,6 @@
-"""Leader-side ISR management: shrink, expand, and change propagation (SPEC 5.4; seed 001
-"ISR副本" and "分区HW值" on ISR change; seed 003 "ISR"; Kafka's Partition.maybeShrinkIsr /
-maybeExpandIsr and ReplicaManager.maybePropagateIsrChanges).
+"""Leader-side ISR management: shrink, expand, and change propagation (Kafka's
+Partition.maybeShrinkIsr / maybeExpandIsr and ReplicaManager.maybePropagateIsrChanges;
+docs/design.md "ISR management").
 
 The decisions (who is out of sync, who may rejoin, what the new ISR is) come from the sans-IO
 :class:`~broker.replica.partition.Partition`; this module does the ZooKeeper I/O around them:
@@ -75,7 +75,8 @@ class IsrStore(Protocol):
 
 
 class ZkIsrStore:
-    """The ZooKeeper-backed :class:`IsrStore` (SPEC 3: the state znode and /isr_change_notification)."""
+    """The ZooKeeper-backed :class:`IsrStore` (the state znode and /isr_change_notification of
+    docs/operations.md "ZooKeeper paths")."""
 
     def __init__(self, zk: ZkBridge) -> None:
         self.zk = zk
@@ -155,7 +156,7 @@ class IsrManager:
         self.settle_attempts = settle_attempts
         self.settle_backoff_s = settle_backoff_s
         self.changes = IsrChangeTracker(last_propagation_ms=time_ms())
-        self.isr_shrinks = 0  # SPEC 9's IsrShrinks / IsrExpands
+        self.isr_shrinks = 0  # Kafka's IsrShrinksPerSec / IsrExpandsPerSec (docs/operations.md "Metrics")
         self.isr_expands = 0
         self.failed_isr_updates = 0
         self._tasks: set[asyncio.Task] = set()

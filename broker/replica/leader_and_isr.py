@@ -1,6 +1,6 @@
-"""Applying the controller's LeaderAndIsr and StopReplica requests (seed 000
-"LeaderAndIsrRequest响应过程"; Kafka's ReplicaManager.becomeLeaderOrFollower, makeLeaders,
-makeFollowers, stopReplicas and handleLogDirFailure; docs/design.md "Broker").
+"""Applying the controller's LeaderAndIsr and StopReplica requests (Kafka's
+ReplicaManager.becomeLeaderOrFollower, makeLeaders, makeFollowers, stopReplicas and
+handleLogDirFailure; docs/design.md "Broker").
 
 * Requests are applied one at a time (Kafka's ``replicaStateChangeLock``): epochs are checked
   before the awaits of log creation and applied after them, so two requests must not
@@ -173,7 +173,7 @@ class LeaderAndIsrHandler:
             if tp in self.rm.offline_partitions:
                 error = ErrorCode.KAFKA_STORAGE_ERROR  # KIP-112: the controller takes this replica offline
             elif not partition.is_newer(state):
-                error = ErrorCode.FENCED_LEADER_EPOCH  # seed 000 step 2.2: StaleLeaderEpochCode
+                error = ErrorCode.FENCED_LEADER_EPOCH  # not newer: Kafka refuses a stale leader epoch
             elif self.rm.broker_id not in state.replicas:
                 log.warning(
                     "LeaderAndIsr for %s-%s does not list broker %s as a replica", *tp, self.rm.broker_id

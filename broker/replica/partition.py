@@ -1,8 +1,9 @@
-"""The replication rules of one partition, sans-IO (SPEC 5.4; seeds 001, 002, 003).
+"""The replication rules of one partition, sans-IO (Kafka's ``Partition``; docs/guarantees.md
+"No acknowledged write lost, no divergence").
 
 This module holds no log, no socket and no clock: callers pass the leader's log end
 offset (LEO), the follower's fetch offset and the current time, and get decisions back.
-That keeps the rules of seed 001 testable step by step:
+That keeps the high watermark rules testable offset by offset:
 
 * The leader keeps each follower's LEO (the "remote LEO"), taken from the fetch offset of
   that follower's FETCH: a follower asking for offset N has everything below N.
@@ -11,9 +12,9 @@ That keeps the rules of seed 001 testable step by step:
 * The partition HW is the minimum LEO over the leader and every replica that is in the ISR
   or caught up within the lag time, and it only moves forward.
 * A follower's HW is min(its own LEO, the HW in the leader's fetch response).
-* ISR changes (SPEC 5.4): the leader drops followers that have not caught up within the lag
-  time and re-adds a follower whose LEO reached the HW and the current epoch's start offset.
-  The decision is an :class:`IsrChange`; the caller writes it to ZooKeeper conditionally on
+* ISR changes (docs/design.md "ISR management"): the leader drops followers that have not caught up
+  within the lag time and re-adds a follower whose LEO reached the HW and the current epoch's start
+  offset. The decision is an :class:`IsrChange`; the caller writes it to ZooKeeper conditionally on
   the state znode's zkVersion and applies it here only when that write succeeded
   (:meth:`Partition.complete_isr_update`), so a deposed leader never shrinks the ISR to itself.
 * While a change is pending (written, or its outcome unknown) ZooKeeper may already hold it, so
@@ -151,10 +152,11 @@ class Partition:
         """A change's write ended with its outcome unknown and must be settled again."""
         return self.pending_isr_change is not None and not self.isr_update_in_flight
 
-    # -- role changes (seed 000 "LeaderAndIsrRequest响应过程", makeLeaders / makeFollowers) ---------
+    # -- role changes (Kafka's ReplicaManager.becomeLeaderOrFollower: makeLeaders / makeFollowers) ---
 
     def is_newer(self, state: PartitionState) -> bool:
-        """LeaderAndIsr is applied only when its leader epoch is newer than ours (seed 000, step 2.1)."""
+        """LeaderAndIsr is applied only when its leader epoch is newer than ours, as in Kafka's
+        becomeLeaderOrFollower: an older or equal epoch comes from a stale controller or a resend."""
         return state.leader_epoch > self.leader_epoch
 
     def make_leader(self, state: PartitionState, local_log_end_offset: int, now_ms: int) -> bool:
@@ -186,7 +188,7 @@ class Partition:
         self.assigned_replicas = state.replicas
         self.pending_isr_change = None  # the controller's word is newer than any write of ours
 
-    # -- leader side: follower fetches and the high watermark (seed 001) ----------------------
+    # -- leader side: follower fetches and the high watermark (Kafka's updateFollowerFetchState) -----
 
     def update_follower_fetch(
         self, replica_id: int, fetch_offset: int, leader_log_end_offset: int, now_ms: int
@@ -247,7 +249,7 @@ class Partition:
             and replica.log_end_offset >= self.leader_epoch_start_offset
         )
 
-    # -- leader side: ISR shrink and expand (SPEC 5.4; Kafka's maybeShrinkIsr / maybeExpandIsr) ------
+    # -- leader side: ISR shrink and expand (Kafka's maybeShrinkIsr / maybeExpandIsr) ------
 
     def ordered_isr(self, members: Iterable[int]) -> tuple[int, ...]:
         """ISR members in assignment order (strays last, sorted), as the state znode lists them."""

@@ -1,5 +1,5 @@
-"""The replica manager: every partition this broker hosts, as leader or follower (SPEC 5.4;
-seed 000 "LeaderAndIsrRequest响应过程" and "DelayedFetch"; seed 001).
+"""The replica manager: every partition this broker hosts, as leader or follower (Kafka's
+ReplicaManager: becomeLeaderOrFollower, appendRecords, fetchMessages; docs/design.md "Broker").
 
 It owns the :class:`Partition` rule objects, their logs (through the LogManager), the
 produce and fetch purgatories and the replica fetchers. The rules themselves live in
@@ -75,8 +75,8 @@ class ReplicaManager:
         self.broker_epoch = -1
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
-        # Leader-side ISR shrink/expand (SPEC 5.4); without a store (some unit tests) the ISR only
-        # changes through LeaderAndIsr.
+        # Leader-side ISR shrink/expand (docs/design.md "ISR management"); without a store (some
+        # unit tests) the ISR only changes through LeaderAndIsr.
         self.isr_manager: IsrManager | None = None
         if isr_store is not None:
             lag_ms = config["replica.lag.time.max.ms"]
@@ -147,7 +147,7 @@ class ReplicaManager:
     def handle_log_dir_failure(self, partitions: list[TopicPartition]) -> None:
         self.state_changes.handle_log_dir_failure(partitions)
 
-    # -- high watermark (seed 001) -------------------------------------------------------------
+    # -- high watermark (Kafka's Partition.maybeIncrementLeaderHW) ---------------------------------
 
     def maybe_increment_high_watermark(self, partition: Partition, log_: Log) -> bool:
         new_hw = partition.high_watermark_candidate(
@@ -159,7 +159,7 @@ class ReplicaManager:
             return True
         return False
 
-    # -- ISR shrink / expand / propagation (SPEC 5.4; the ZooKeeper side is isr_manager.py) ------------
+    # -- ISR shrink / expand / propagation (docs/design.md "ISR management"; ZooKeeper: isr_manager.py) --
 
     def maybe_shrink_isr(self) -> int:
         """isr-expiration: drop out-of-sync followers from the ISR of every partition led here."""
@@ -178,9 +178,9 @@ class ReplicaManager:
             await self.isr_manager.maybe_propagate_isr_changes()
 
     def _on_isr_changed(self, partition: Partition) -> None:
-        """After the ISR or the maximal ISR changed (an expand settled either way): the HW may
-        move (seed 001: it is re-evaluated on ISR shrink), and parked acks=all requests may
-        complete or fail below min.insync.replicas."""
+        """After the ISR or the maximal ISR changed (an expand settled either way): the HW may move
+        (it is the minimum LEO over the leader and the ISR, so a shrink can raise it), and parked
+        acks=all requests may complete or fail below min.insync.replicas."""
         log_ = self.get_log(partition.key)
         if log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader:
             self.maybe_increment_high_watermark(partition, log_)
@@ -224,14 +224,14 @@ class ReplicaManager:
             info = log_.append_as_leader(records, partition.leader_epoch)
         except KafkaError as exc:
             return ProducePartitionStatus(exc.code, -1, -1, exc.message)
-        if not info.duplicate:  # a retried duplicate (SPEC 5.4) wrote nothing; its offsets are the original's
+        if not info.duplicate:  # a retried duplicate (KIP-98) wrote nothing; its offsets are the original's
             self.maybe_increment_high_watermark(partition, log_)
             self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
         return ProducePartitionStatus(
             ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset
         )
 
-    # -- Fetch (seed 000 "DelayedFetch"; seed 001) --------------------------------------------------
+    # -- Fetch (Kafka's ReplicaManager.fetchMessages and DelayedFetch) ------------------------------
 
     def read(self, tp: TopicPartition, replica_id: int, fetch: dict, max_bytes: int) -> ReadResult:
         """Read one partition for a consumer (below the HW) or a follower (below the LEO)."""
@@ -322,7 +322,7 @@ class ReplicaManager:
     def end_offset_for_epoch(
         self, tp: TopicPartition, requested_epoch: int, current_leader_epoch: int
     ) -> dict:
-        """OffsetsForLeaderEpoch (seed 002): the leader's LEO for its latest epoch, else the start
+        """OffsetsForLeaderEpoch (KIP-101): the leader's LEO for its latest epoch, else the start
         offset of the first epoch above the requested one."""
         try:
             _, log_ = self.leader_log(tp, current_leader_epoch)

@@ -1,10 +1,12 @@
-"""Where a follower truncates its log before fetching from a new leader (SPEC 5.4; seeds 001, 002;
-Kafka KIP-101 and KIP-279). Sans-IO: the fetcher asks the leader, this module decides.
+"""Where a follower truncates its log before fetching from a new leader (Kafka KIP-101 and KIP-279;
+docs/guarantees.md "No acknowledged write lost, no divergence"). Sans-IO: the fetcher asks the
+leader, this module decides.
 
 Two policies, chosen by ``replica.truncation.policy``:
 
-* ``high-watermark`` (pre-0.11, unsafe): truncate to the local HW. Seed 001 shows how this
-  loses acknowledged data and lets replicas diverge.
+* ``high-watermark`` (pre-0.11, unsafe): truncate to the local HW. docs/guarantees.md
+  "No acknowledged write lost, no divergence" shows how this loses acknowledged data and lets
+  replicas diverge.
 * ``leader-epoch`` (default): send the leader our latest epoch; the leader answers with the
   largest epoch it knows that is <= ours and that epoch's end offset. If the leader's epoch
   is one we also know, truncate to min(its end offset, our end offset for it). If not

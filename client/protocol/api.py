@@ -1,4 +1,5 @@
-"""API keys and the shape of every request and response body (SPEC 5.2).
+"""API keys and the shape of every request and response body (Kafka's ``ApiKeys`` and its
+protocol JSON; docs/design.md "Wire protocol").
 
 Bodies are msgpack maps whose field names are Kafka's (``fetch_offset``,
 ``current_leader_epoch``, ``high_watermark`` ...). Each API has a request schema and a
@@ -231,8 +232,8 @@ REQUESTS: dict[ApiKey, Any] = {
         "validate_only": Opt("bool", False),
     },
     ApiKey.DELETE_TOPICS: {"topics": Array("str"), "timeout_ms": Opt("int", 30000)},
-    # SPEC 5.4 "Idempotent producer": Kafka's InitProducerId v0. Only transactional_id = nil
-    # (the idempotent producer) is served: there are no transactions.
+    # Kafka's InitProducerId v0 (KIP-98; docs/design.md "Idempotent producer"). Only
+    # transactional_id = nil (the idempotent producer) is served: there are no transactions.
     ApiKey.INIT_PRODUCER_ID: {
         "transactional_id": Nullable("str"),
         "transaction_timeout_ms": "int",

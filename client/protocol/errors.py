@@ -1,4 +1,5 @@
-"""Kafka error codes, with their names, numbers and retriability (SPEC 5.2).
+"""Kafka error codes, with their names, numbers and retriability (Kafka's ``Errors``;
+docs/design.md "Wire protocol").
 
 Every response carries these numbers; every client-side failure is raised as a
 :class:`KafkaError` whose message starts with the Kafka name, so an operator reading

@@ -1,4 +1,4 @@
-"""Length-prefixed msgpack frames (SPEC 5.2).
+"""Length-prefixed msgpack frames (docs/design.md "Wire protocol").
 
 A frame is a 4-byte big-endian length followed by that many bytes of msgpack. A request
 is ``[api_key, api_version, correlation_id, client_id, body]``; a response is
