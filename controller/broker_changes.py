@@ -1,8 +1,8 @@
 """Broker start-up and failure as the controller handles them (Kafka's processBrokerChange,
-onBrokerStartup, onBrokerFailure, onReplicasBecomeOffline; seed 000 "Broker启动过程" steps 1-3 and
-"Broker Failover" steps 1-4). A broker that re-registered before the controller read /brokers/ids
-(a bounce) is failed and started in one event, each step's requests sent before the next is
-built (docs/guarantees.md "The controller under ZooKeeper blips").
+onBrokerStartup, onBrokerFailure, onReplicasBecomeOffline; docs/architecture.md "The control path,
+file by file" walks a broker failure through them). A broker that re-registered before the
+controller read /brokers/ids (a bounce) is failed and started in one event, each step's requests
+sent before the next is built (docs/guarantees.md "The controller under ZooKeeper blips").
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def on_replicas_become_offline(ctl: ControllerParts, replicas: list[Partit
         and not ctx.is_topic_queued_for_deletion(tp.topic)
         and ctl.partition_state_machine.state(tp) in (PartitionState.ONLINE, PartitionState.OFFLINE)
     )
-    # 2-3. partitions led by dead brokers go offline, then get a leader by the rules of SPEC 4
+    # 2-3. partitions led by dead brokers go offline, then get a leader (PartitionLeaderElectionAlgorithms)
     await ctl.partition_state_machine.handle_state_changes(without_leader, PartitionState.OFFLINE)
     await ctl.partition_state_machine.trigger_online_partition_state_change()
     # the dead replicas leave the ISRs they were in

@@ -1,5 +1,6 @@
-"""The controller's requests to brokers: LeaderAndIsr, UpdateMetadata, StopReplica (SPEC 4, seed 000
-"Broker Failover" step 4: "Controller可以在一个RPC操作中发送多个命令从而提高效率").
+"""The controller's requests to brokers: LeaderAndIsr, UpdateMetadata, StopReplica, batched so that
+one request to a broker carries many partitions' changes (Kafka's ControllerChannelManager and
+ControllerBrokerRequestBatch).
 
 * :class:`ControllerChannelManager` (Kafka's ControllerChannelManager): per live broker, one
   :class:`~client.connection.BrokerConnection`, one queue and one sender task. Requests to a

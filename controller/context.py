@@ -1,8 +1,9 @@
-"""The controller's in-memory view of the cluster (Kafka's ControllerContext; seed 000 "Controller
-Failover" step 7: "初始化ControllerContext对象,设置当前所有Topic,“活”着的Broker列表,所有Partition的Leader及ISR等").
+"""The controller's in-memory view of the cluster (Kafka's ControllerContext): the topics and their
+replica assignments, the live brokers, and every partition's leader and ISR.
 
-Filled from ZooKeeper when this broker becomes controller, then kept current by the event
-handlers, which are its only writers (one event at a time, SPEC 4). It holds no I/O.
+Filled from ZooKeeper when this broker becomes controller (KafkaController.onControllerFailover),
+then kept current by the event handlers, which are its only writers (one event at a time, through
+the ControllerEventManager). It holds no I/O.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class ControllerContext:
     def is_topic_queued_for_deletion(self, topic: str) -> bool:
         return topic in self.topics_to_be_deleted
 
-    # -- metrics (SPEC 9) -------------------------------------------------------------------------
+    # -- metrics (docs/operations.md "Metrics (`/metrics`)") --------------------------------------
     def offline_partition_count(self) -> int:
         return sum(
             1
@@ -126,8 +127,9 @@ class ControllerContext:
 
 @dataclass
 class StateChangeRecorder:
-    """Writes one record per controller decision to the state-change log (SPEC 9): a dict with the
-    time, this controller's id and epoch, the decision, and its details (topic, partition, ...)."""
+    """Writes one record per controller decision to the state-change log (docs/operations.md "Logs"):
+    a dict with the time, this controller's id and epoch, the decision, and its details (topic,
+    partition, ...)."""
 
     controller_id: int
     context: ControllerContext

@@ -8,14 +8,14 @@ after each step where the order matters, and also when the event fails half way,
 znode writes were made. A failed event is retried (docs/design.md "The controller under
 ZooKeeper blips").
 
-The mechanisms live in their own modules, named as Kafka and seed 000 name them: controller
-election (:mod:`controller.controller_election`), controller failover's 12 steps
-(:mod:`controller.failover`), broker start-up and failure (:mod:`controller.broker_changes`),
-topic creation (:mod:`controller.topic_creation`), topic deletion
-(:mod:`controller.topic_deletion`), ISR change notifications
-(:mod:`controller.isr_change_notifications`), preferred election and auto-rebalance
+The mechanisms live in their own modules, named as Kafka names them: controller election
+(:mod:`controller.controller_election`), controller failover's 12 steps (:mod:`controller.failover`),
+broker start-up and failure (:mod:`controller.broker_changes`), topic creation
+(:mod:`controller.topic_creation`), topic deletion (:mod:`controller.topic_deletion`), ISR change
+notifications (:mod:`controller.isr_change_notifications`), preferred election and auto-rebalance
 (:mod:`controller.preferred_election`), controlled shutdown (:mod:`controller.controlled_shutdown`)
-and reassignment (:mod:`controller.reassignment`). docs/architecture.md "The control path" maps them.
+and reassignment (:mod:`controller.reassignment`). docs/architecture.md "Where each mechanism
+lives" maps them.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class KafkaController:
 
     @property
     def offline_partitions_count(self) -> int:
-        """OfflinePartitionsCount (SPEC 9); 0 on a broker that is not the controller."""
+        """OfflinePartitionsCount, 0 off the controller (docs/operations.md "Metrics (`/metrics`)")."""
         return self.context.offline_partition_count() if self._active else 0
 
     async def startup(self) -> None:
@@ -178,8 +178,8 @@ class KafkaController:
             self.channel = None
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1) -> list[tuple[str, int]]:
-        """Move ``broker_id``'s leaderships away (SPEC 4). Returns the partitions it still leads
-        (empty: it may exit). Raises KafkaError NOT_CONTROLLER or BROKER_NOT_AVAILABLE."""
+        """Move ``broker_id``'s leaderships away (KafkaController.doControlledShutdown). Returns the
+        partitions it still leads (empty: it may exit). Raises NOT_CONTROLLER or BROKER_NOT_AVAILABLE."""
         if not self._active:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
         event = self.events.put(
@@ -433,7 +433,7 @@ class KafkaController:
         log.info("broker %s resigned as controller (epoch %s)", self.broker_id, self.context.epoch)
         self.record("controller_resigned")
 
-    # -- the mechanisms, one module each (docs/architecture.md "The control path") --------------------
+    # -- the mechanisms, one module each (docs/architecture.md "Where each mechanism lives") ----------
     async def _handle_broker_change(self, event: BrokerChange) -> None:
         return await broker_changes.handle_broker_change(self, event)
 
@@ -464,7 +464,7 @@ class KafkaController:
     async def _handle_controlled_shutdown(self, event: ControlledShutdown) -> list[tuple[str, int]]:
         return await controlled_shutdown.handle_controlled_shutdown(self, event)
 
-    # -- seed 000 "创建/删除Topic" -------------------------------------------------------------------
+    # -- topic creation and deletion: their handlers are above (topic_creation.py, topic_deletion.py) --
 
     # -- KIP-112 log dir failure (controller/log_dir_failure.py) -------------------------------------
     async def _handle_log_dir_event_notification(self, event: LogDirEventNotification) -> None:

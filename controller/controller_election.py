@@ -1,4 +1,5 @@
-"""Controller election (SPEC 4; seed 004 "kafka Controller leader:主broker的选举"; seed 000 "Controller Failover").
+"""Controller election (Kafka's KafkaController.elect; the winner then runs onControllerFailover,
+:mod:`controller.failover`).
 
 Every broker is a candidate. The winner is whoever creates the ephemeral /controller; in the
 same multi-op it raises /controller_epoch by one, conditional on the version it read, and

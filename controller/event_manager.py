@@ -1,4 +1,5 @@
-"""The controller's single event queue (Kafka's ControllerEventManager; SPEC 4, ARCHITECTURE "Control" path).
+"""The controller's single event queue (Kafka's ControllerEventManager; docs/architecture.md
+"The control path, file by file").
 
 ZooKeeper watches fire on kazoo's threads; :class:`~zk.bridge.ZkBridge` forwards them to the
 event loop, where they become :class:`ControllerEvent` objects on one ``asyncio.Queue``. One
@@ -11,7 +12,7 @@ An event may carry a future, completed when the event has been processed (how ca
 When the ZooKeeper session ends, :meth:`ControllerEventManager.clear_and_put` drops the backlog
 and queues ``Expire`` first (Kafka's ControllerEventManager.clearAndPut): events queued in the old
 session must not run against the old context as an active controller (docs/guarantees.md
-"Fencing").
+"Fencing: stale controllers and stale leaders").
 """
 
 from __future__ import annotations

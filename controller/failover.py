@@ -1,7 +1,7 @@
 """Controller failover: what a newly elected controller does before it acts (Kafka's
-KafkaController.onControllerFailover; seed 000 "Controller Failover", its 12 steps, numbered in
-the code), and the context reads it shares with broker and topic changes. docs/architecture.md
-"The control path" draws it.
+KafkaController.onControllerFailover, its 12 steps numbered in the code), and the context reads
+it shares with broker and topic changes. docs/architecture.md "Where each mechanism lives" maps
+it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Partition leader election: the rules table of SPEC 4 (seeds 000, 003 2.2.4, 004), as pure functions.
+"""Partition leader election: the rules of Kafka's PartitionLeaderElectionAlgorithms, as pure functions.
 
 | case                            | new leader                                               | new ISR            |
 |---------------------------------|----------------------------------------------------------|--------------------|
@@ -154,9 +154,10 @@ def remove_replica_from_isr(current: LeaderAndIsr, replica: int) -> LeaderAndIsr
     """A follower went offline: drop it from the ISR (None when there is nothing to change).
 
     The leader epoch goes up too, as Kafka's controller does (``removeReplicasFromIsr``): the
-    brokers accept a LeaderAndIsr only with a newer leader epoch (seed 000, "LeaderAndIsrRequest
-    响应过程" 2.1), and the leader must learn its smaller ISR. The ISR of a leaderless partition is
-    never shrunk (table row 3: unchanged), and the last ISR member is never removed.
+    brokers accept a LeaderAndIsr only with a newer leader epoch (docs/guarantees.md "Fencing: stale
+    controllers and stale leaders"), and the leader must learn its smaller ISR. The ISR of a
+    leaderless partition is never shrunk (table row 3: unchanged), and the last ISR member is
+    never removed.
     """
     if replica not in current.isr or current.leader == NO_LEADER or len(current.isr) <= 1:
         return None

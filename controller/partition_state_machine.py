@@ -1,14 +1,15 @@
-"""The partition state machine (Kafka's PartitionStateMachine; SPEC 4; seeds 000 and 003 "创建topic", "broker failover").
+"""The partition state machine (Kafka's PartitionStateMachine; docs/architecture.md "The control
+path, file by file").
 
 States: NonExistent -> New -> Online <-> Offline (-> NonExistent when a topic is deleted).
 
-* New -> Online initialises a partition (seed 000 "创建Topic" 3.1-3.2): the leader is the first
-  live replica in assignment order, leader epoch 0, the ISR every live assigned replica; the state
-  znode is *created* in a fenced multi-op.
-* Offline/Online -> Online elects a leader with one of the rules of SPEC 4
+* New -> Online initialises a partition (Kafka's initializeLeaderAndIsrForPartitions): the leader
+  is the first live replica in assignment order, leader epoch 0, the ISR every live assigned
+  replica; the state znode is *created* in a fenced multi-op.
+* Offline/Online -> Online elects a leader with one of Kafka's PartitionLeaderElectionAlgorithms
   (:mod:`controller.partition_leader_election`): re-read the state znode, decide, write conditionally on its
-  zkVersion in a fenced multi-op, and on BADVERSION read again and decide again (seed 000
-  "Broker Failover" 3.1-3.3).
+  zkVersion in a fenced multi-op, and on BADVERSION read again and decide again (Kafka's
+  electLeaderForPartitions retries the partitions whose write failed).
 
 Whatever is decided is put into the request batch: LeaderAndIsr for the partition's live
 replicas, UpdateMetadata for every live broker. The event handler sends the batch.
@@ -218,7 +219,8 @@ class PartitionStateMachine:
         are missing, all in one fenced multi-op (Kafka's createTopicPartitionStatesRaw fences each
         of these creates). Never /brokers/topics/<t> itself: when the topic is gone the multi
         fails with NoNodeError, and a deposed controller's with ControllerMovedError, leaving
-        nothing behind (SPEC 3: every controller write is fenced)."""
+        nothing behind (every controller write is fenced: docs/guarantees.md "Fencing: stale controllers
+        and stale leaders")."""
         parents = [topic_partitions_path(tp.topic), partition_path(tp.topic, tp.partition)]
         state_op = CreateOp(partition_state_path(tp.topic, tp.partition), encode_partition_state(state))
         for _ in range(MAX_WRITE_ATTEMPTS):

@@ -3,7 +3,7 @@ and its watch callbacks, as a Protocol (:class:`ControllerParts`). The mechanism
 (controller/failover.py, broker_changes.py, topic_creation.py, topic_deletion.py,
 isr_change_notifications.py, preferred_election.py, controlled_shutdown.py, reassignment.py)
 take one and never import controller/controller.py, so the package has no import circle, and
-this list is the whole of what they may touch (docs/architecture.md "The control path").
+this list is the whole of what they may touch (docs/architecture.md "The control path, file by file").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Replica placement for new topics and added partitions (seed 004 "创建topic时", SPEC 4).
+"""Replica placement for new topics and added partitions (Kafka's AdminUtils.assignReplicasToBrokers).
 
 Kafka's ``AdminUtils.assignReplicasToBrokersRackUnaware``, exactly:
 
@@ -79,7 +79,7 @@ def _replica_index(first_replica_index: int, second_replica_shift: int, replica_
 def start_index_for_new_partitions(
     broker_ids: Sequence[int], existing_partition0_replicas: Sequence[int]
 ) -> int:
-    """When partitions are added (seed 004: partitions can be added, never removed), Kafka keeps
+    """When partitions are added (a topic's partition count only grows), Kafka keeps
     the existing layout going: the start index is the position of partition 0's first replica in
     the sorted broker list (or random, -1, when that broker is gone)."""
     brokers = sorted(broker_ids)

@@ -1,8 +1,8 @@
 """Preferred replica leader election and the auto-rebalance check (Kafka's
-onPreferredReplicaElection and checkAndTriggerAutoLeaderRebalance; seed 000 "Preferred Replica
-Leader Election Tool"): a request in /admin/preferred_replica_election, or a broker whose share of
-partitions led by others passes leader.imbalance.per.broker.percentage, moves leadership back to
-the first replica when it is in the ISR.
+onPreferredReplicaElection and checkAndTriggerAutoLeaderRebalance; the request comes from
+kafka-preferred-replica-election.sh): a request in /admin/preferred_replica_election, or a broker
+whose share of partitions led by others passes leader.imbalance.per.broker.percentage, moves
+leadership back to the first replica when it is in the ISR.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Partition reassignment (Kafka's onPartitionReassignment; seed 000 "Replica Reassignment
-Tool"): not built yet. A request in /admin/reassign_partitions is logged and left in place; this
-module is where the reassignment procedure goes.
+"""Partition reassignment (Kafka's KafkaController.onPartitionReassignment, driven by
+kafka-reassign-partitions.sh): not built yet. A request in /admin/reassign_partitions is logged and
+left in place; this module is where the reassignment procedure goes.
 """
 
 from __future__ import annotations

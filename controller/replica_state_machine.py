@@ -1,4 +1,5 @@
-"""The replica state machine (Kafka's ReplicaStateMachine; SPEC 4; seed 000 "Broker启动过程" step 2).
+"""The replica state machine (Kafka's ReplicaStateMachine; docs/architecture.md "The control
+path, file by file").
 
 States: NewReplica, OnlineReplica, OfflineReplica, ReplicaDeletionStarted,
 ReplicaDeletionSuccessful, ReplicaDeletionIneligible, NonExistentReplica.

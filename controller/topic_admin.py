@@ -1,5 +1,5 @@
-"""Topic administration through ZooKeeper, usable from any broker (Kafka's AdminZkClient; SPEC 3, 4;
-seed 000 "创建/删除Topic", seed 004 "kafka分区的变动处理").
+"""Topic administration through ZooKeeper, usable from any broker (Kafka's AdminZkClient;
+docs/architecture.md "ZooKeeper layout" lists the znodes it writes).
 
 Creating a topic is writing its znodes; the controller's watch on /brokers/topics does the rest
 (leaders, ISRs, LeaderAndIsr). Here:
@@ -10,7 +10,8 @@ Creating a topic is writing its znodes; the controller's watch on /brokers/topic
 * :func:`create_topic`: /config/topics/<t> and /brokers/topics/<t> in one multi-op, so a topic
   never exists without its config and a failed create never overwrites another topic's config;
 * :func:`delete_topic`: marks the topic under /admin/delete_topics, for the controller;
-* :func:`add_partitions`: appends partitions to an existing topic (never removes: seed 004).
+* :func:`add_partitions`: appends partitions to an existing topic (a partition count only grows:
+  Kafka never removes partitions).
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ async def create_topic_with_placement(
     configs: dict[str, str] | None,
     rng: random.Random,
 ) -> dict[int, list[int]]:
-    """Place replicas on the live brokers (seed 004), then :func:`create_topic`. Returns the assignment."""
+    """Place replicas on the live brokers (AdminUtils.assignReplicasToBrokers), then
+    :func:`create_topic`. Returns the assignment."""
     validate_topic_name(topic)
     assignment = placement.assign_replicas(await live_broker_ids(zk), num_partitions, replication_factor, rng)
     await create_topic(zk, topic, assignment, configs)

@@ -1,6 +1,7 @@
 """New topics and added partitions (Kafka's processTopicChange, processPartitionModifications,
-onNewPartitionCreation; seed 000 "创建/删除Topic" steps 3-4): partitions go New, then Online with
-a leader from the live replicas, and their replicas Online (or Offline on dead brokers).
+onNewPartitionCreation, through the PartitionStateMachine and ReplicaStateMachine): partitions go
+New, then Online with a leader from the live replicas, and their replicas Online (or Offline on
+dead brokers).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Topic deletion (Kafka's TopicDeletionManager; seed 000 "创建/删除Topic" step 2): a topic
+"""Topic deletion (Kafka's TopicDeletionManager): a topic
 marked in /admin/delete_topics has its partitions taken Offline then NonExistent, every live
 replica sent StopReplica(delete) (ReplicaDeletionStarted), and its znodes deleted once every
 replica is ReplicaDeletionSuccessful. A replica on a dead broker, or one whose StopReplica failed,

@@ -63,7 +63,7 @@ MEANINGS: dict[str, str] = {
     "replica.fetch.backoff.ms": "Pause before a follower fetches again after a fetch error.",
     "replica.socket.timeout.ms": "Timeout of a follower's requests to its leader.",
     "replica.high.watermark.checkpoint.interval.ms": "How often each log dir's `replication-offset-checkpoint` (the high watermarks) is written.",
-    "replica.truncation.policy": "How a follower truncates before fetching from a new leader: `leader-epoch` (KIP-101/279, safe) or `high-watermark` (the pre-0.11 rule, unsafe: kept to replay seed 001's data loss and divergence).",
+    "replica.truncation.policy": "How a follower truncates before fetching from a new leader: `leader-epoch` (KIP-101/279, safe) or `high-watermark` (Kafka's rule before KIP-101, unsafe: truncating to the high watermark can lose acknowledged data and let replicas diverge; kept to reproduce that).",
     "auto.leader.rebalance.enable": "The controller periodically moves leadership back to preferred replicas when a broker's imbalance exceeds `leader.imbalance.per.broker.percentage`.",
     "leader.imbalance.check.interval.seconds": "How often the controller checks the leader imbalance.",
     "leader.imbalance.per.broker.percentage": "Share of a broker's preferred partitions led elsewhere above which a preferred-replica election runs.",
@@ -90,7 +90,7 @@ MEANINGS: dict[str, str] = {
     "log.index.size.max.bytes": "Largest size of a segment's offset or time index; a full index rolls the segment. Topic-level: `segment.index.bytes`.",
     "message.max.bytes": "Largest record batch the broker accepts (MESSAGE_TOO_LARGE above it). Topic-level: `max.message.bytes`.",
     "log.cleanup.policy": "What happens to old segments: `delete` (retention). Compaction is not implemented. Topic-level: `cleanup.policy`.",
-    "metrics.port": "Port of the Prometheus `/metrics` endpoint (SPEC 9); -1 disables it, 0 picks a free port. At the time of writing no broker code reads it yet.",
+    "metrics.port": "Port of the Prometheus `/metrics` endpoint (see Metrics below); -1 disables it, 0 picks a free port.",
     "state.change.log.file": "Path of this broker's state-change.log; empty means `state-change.log` next to the first log dir (`<log dir>/../state-change.log`).",
 }
 
