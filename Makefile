@@ -76,3 +76,23 @@ format: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+
+# --- the compose cluster on a real engine (docs/docker.md) ----------------------------------------
+# compose-up: the Docker engine (docker/engine.sh: Debian's docker.io started by hand), the images
+# (docker/images.sh: local Debian-based stand-ins when no registry answers), the cluster, waiting
+# for every broker's healthcheck; ends with "bootstrap servers: ...". compose-down: the cluster with
+# its volumes, and the engine if compose-up started it. Both idempotent; both need root.
+.PHONY: compose-up compose-down compose-images compose-engine-status
+
+compose-up:
+	@docker/compose.sh up
+
+compose-down:
+	@docker/compose.sh down
+
+compose-images:
+	@docker/engine.sh start
+	@docker/images.sh
+
+compose-engine-status:
+	@docker/engine.sh status

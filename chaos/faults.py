@@ -138,10 +138,19 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, brokers: int = 3, network: str = "floodmark", run: Runner = run_checked) -> None:
+    def __init__(
+        self,
+        brokers: int = 3,
+        network: str = "floodmark",
+        run: Runner = run_checked,
+        service: str = "broker{}",
+    ) -> None:
         self.brokers = brokers
         self.network = network
         self._run = run
+        # the compose service name of broker N (`service.format(N)`, as in docker-compose.yml),
+        # put back as a network alias when a partition heals
+        self.service = service
 
     @staticmethod
     def container(broker_id: int) -> str:
@@ -172,7 +181,35 @@ class DockerBackend:
         self._run(["docker", "network", "disconnect", self.network, self.container(broker_id)])
 
     def heal(self, broker_id: int) -> None:
-        self._run(["docker", "network", "connect", self.network, self.container(broker_id)])
+        # `network connect` alone drops the compose service name (brokerN, the name the broker
+        # advertises) from the network's embedded DNS; the alias puts it back
+        alias = self.service.format(broker_id)
+        self._run(["docker", "network", "connect", "--alias", alias, self.network, self.container(broker_id)])
+
+    def log_dirs(self, target: str = "/var/lib/floodmark") -> list[str]:
+        """Each broker's log dir as seen from the host: the mountpoint of the named volume mounted
+        at ``target`` in its container (the engine's data root; readable as root)."""
+        dirs = []
+        for broker_id in self.broker_ids():
+            done = subprocess.run(
+                [
+                    "docker",
+                    "inspect",
+                    "--format",
+                    '{{range .Mounts}}{{if eq .Destination "' + target + '"}}{{.Source}}{{end}}{{end}}',
+                    self.container(broker_id),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            source = done.stdout.strip()
+            if done.returncode != 0 or not source:
+                raise RuntimeError(
+                    f"no volume at {target} in {self.container(broker_id)}: {done.stderr.strip()}"
+                )
+            dirs.append(source)
+        return dirs
 
     def can_fault_disks(self) -> bool:
         return False

@@ -165,7 +165,9 @@ async def run_chaos(settings: ChaosSettings, say: Say, verifier: Verifier | None
     elif settings.backend == "docker":
         if not settings.bootstrap:
             raise ValueError("the docker backend needs --bootstrap-server (see docs/docker.md)")
-        cluster, bootstrap, backend, log_dirs = None, settings.bootstrap, DockerBackend(settings.brokers), []
+        docker = DockerBackend(settings.brokers)
+        cluster, bootstrap, backend = None, settings.bootstrap, docker
+        log_dirs = await asyncio.to_thread(docker.log_dirs)  # the named volumes, read from the host
     else:
         raise ValueError(f"unknown backend {settings.backend!r}: local or docker")
     if "partition" in settings.faults and not backend.can_partition():

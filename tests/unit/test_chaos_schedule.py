@@ -212,7 +212,7 @@ def test_the_docker_backend_speaks_the_docker_cli():
         ["docker", "unpause", "floodmark-broker-1"],
         ["docker", "stop", "--time", "60", "floodmark-broker-3"],
         ["docker", "network", "disconnect", "floodmark", "floodmark-broker-1"],
-        ["docker", "network", "connect", "floodmark", "floodmark-broker-1"],
+        ["docker", "network", "connect", "--alias", "broker1", "floodmark", "floodmark-broker-1"],
     ]
     assert not docker.can_fault_disks()
     for verb in (docker.fill_disk, docker.unfill_disk, docker.break_disk, docker.fix_disk):
