@@ -71,11 +71,17 @@ def command(port: int, data_dir: Path) -> list[str]:
 
 
 def ruok(host: str, port: int, timeout: float = 1.0) -> bool:
-    """ZooKeeper's four-letter health check: True when the server answers ``imok``."""
+    """True when the server is serving sessions. ZooKeeper's ``ruok`` answers ``imok`` as soon as
+    its port is open, before its database is loaded, and a session opened then is refused ("ZooKeeperServer
+    not running") and retried with kazoo's growing backoff; ``srvr`` answers "This ZooKeeper
+    instance is not currently serving requests" until the server really serves."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
+            sock.sendall(b"srvr")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            return answer.startswith(b"Zookeeper version")
     except OSError:
         return False
 
@@ -144,8 +150,11 @@ def pid_alive(pid: int) -> bool:
 @contextmanager
 def zk_session(port: int, timeout: float = 30.0) -> Iterator[Any]:
     from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
 
-    client = KazooClient(hosts=f"{HOST}:{port}", timeout=timeout)
+    # connection attempts at most a second apart (kazoo's default backoff grows to an hour)
+    retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+    client = KazooClient(hosts=f"{HOST}:{port}", timeout=timeout, connection_retry=retry)
     try:
         client.start(timeout)
     except Exception as exc:  # kazoo raises its own timeout class
