@@ -23,6 +23,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,11 @@ class ZkBridge:
         #: requests sent again after a ConnectionLoss (a metric for tests and operators)
         self.resent_requests = 0
         self._loop = loop
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0)
+        # Reconnect attempts at most a second apart: kazoo's default backoff grows to an hour, so
+        # after a long outage a broker would come back long after ZooKeeper did (and its session
+        # would expire for nothing); Kafka's client retries its connection without such growth.
+        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0, connection_retry=retry)
         self._listeners: list[Callable[[str], None]] = []
         self._wrappers: dict[Callable, Callable[[WatchedEvent], None]] = {}
         self._closed = False
