@@ -204,14 +204,18 @@ def markdown(results: list[dict], master: str) -> str:
         "it was.",
         "",
         "| acknowledged records | JVM | segments (3 replicas) | ledger | wall time of the job | records/s (ledger) "
-        "| load average before / after |",
-        "|---:|---|---:|---:|---:|---:|---|",
+        "| slowest phase | load average before / after |",
+        "|---:|---|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         gen = r["gen"]
+        phase, seconds = max(((v, k) for k, v in r["timings"].items() if k != "total"), default=(0.0, "-"))[
+            ::-1
+        ]
         lines.append(
             f"| {r['records']:,} | {r['jvm']} | {gen.segment_bytes / 1e6:,.0f} MB | {gen.ledger_bytes / 1e6:,.0f} MB | "
-            f"{r['wall_s']:.0f} s | {r['records'] / r['wall_s']:,.0f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
+            f"{r['wall_s']:.0f} s | {r['records'] / r['wall_s']:,.0f} | {phase} ({seconds:.0f} s) "
+            f"| {r['load'][0]:.1f} / {r['load'][1]:.1f} |"
         )
     lines += [
         "",

@@ -3,10 +3,12 @@ returns offending rows.
 
 Inputs (column names as the data sources and :mod:`verify.job` build them):
 
-* ``acks`` - the ledger's acknowledged writes (:data:`ledger.format.LEDGER_DDL` rows of type ack);
-* ``committed`` - the committed log (:data:`verify.sources.COMMITTED_DDL`), one row per offset: from
+* ``acks`` - the ledger's acknowledged writes (:data:`ledger.format.LEDGER_DDL` rows of type ack)
+  with the digest's halves (:func:`digest_halves`);
+* ``committed`` - the committed log (:data:`verify.sources.NARROW_COMMITTED_DDL`), one row per offset: from
   the live cluster's leaders, or, offline, :func:`committed_from_replicas`;
-* ``replica_rows`` - every replica's records from its segment files (:data:`verify.sources.SEGMENTS_DDL`);
+* ``replica_rows`` - every replica's records from its segment files
+  (:data:`verify.sources.NARROW_SEGMENTS_DDL`);
 * ``hws`` - ``(topic, partition, high_watermark)``: the cluster's committed high watermark, or
   offline the highest HW any replica checkpointed;
 * ``extents`` - per replica ``(broker, topic, partition, first_offset, log_start, leo,
@@ -34,12 +36,56 @@ The checks, one row per offence:
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 TP = ["topic", "partition"]
+DIGEST = ["digest_hi", "digest_lo"]
 _ENTRIES = "array<struct<epoch:int,start_offset:bigint>>"
 REPLICA = ["broker", "topic", "partition"]
+
+
+# -- digests --------------------------------------------------------------------------------------
+# The data sources hand the job each value digest as two 64-bit halves (digest_hi, digest_lo: the
+# 128 bits of the ledger's 32 hex characters, verify.sources.NARROW_SEGMENTS_DDL); joins and
+# aggregations use them, and only the rows of a report are turned back into hex text.
+
+
+def digest_hex() -> Column:
+    """The ledger's text (32 lowercase hex characters) of ``digest_hi``/``digest_lo``, null for null."""
+    hi, lo = F.col("digest_hi"), F.col("digest_lo")
+    text = F.lower(F.concat(F.lpad(F.hex(hi), 16, "0"), F.lpad(F.hex(lo), 16, "0")))
+    return F.when(hi.isNotNull(), text)
+
+
+def digest_halves(text: str = "value_digest") -> list[Column]:
+    """``digest_hi``, ``digest_lo`` of a ledger's hex digest column (the inverse of :func:`digest_hex`).
+    Text that is not 32 hex characters gets :data:`NOT_A_DIGEST`, which matches no record short of
+    a 2^-128 coincidence; null stays null."""
+    col = F.col(text)
+    # No regex and no lower(): conv reads either case, unhex is null for a non-hex character.
+    ok = (F.length(col) == 32) & F.unhex(col).isNotNull()
+
+    def half(start: int, invalid: int) -> Column:
+        parsed = F.conv(F.substring(col, start, 16), 16, -10).cast("bigint")
+        return F.when(ok, parsed).when(col.isNotNull(), F.lit(invalid))
+
+    return [half(1, NOT_A_DIGEST[0]).alias("digest_hi"), half(17, NOT_A_DIGEST[1]).alias("digest_lo")]
+
+
+#: The halves of ledger text that is no digest, and (below) what stands for a null digest in joins.
+NOT_A_DIGEST = (-(2**63), -(2**63) + 1)
+NULL_DIGEST = (-(2**63), -(2**63))
+
+
+def digest_keys() -> list[Column]:
+    """``dh``, ``dl``: the digest halves with null (a null value) as :data:`NULL_DIGEST`, for joins."""
+    return [
+        F.coalesce("digest_hi", F.lit(NULL_DIGEST[0])).alias("dh"),
+        F.coalesce("digest_lo", F.lit(NULL_DIGEST[1])).alias("dl"),
+    ]
 
 
 # -- derived inputs -------------------------------------------------------------------------------
@@ -81,9 +127,6 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
     )
     chosen = extents.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1).select(*REPLICA)
 
-    def kept(name: str, kind: str) -> Column:  # the job does not cache keys and timestamps
-        return F.col(name) if name in replica_rows.columns else F.lit(None).cast(kind).alias(name)
-
     return (
         replica_rows.join(F.broadcast(chosen), REPLICA)
         .join(F.broadcast(hws), TP)
@@ -92,13 +135,11 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
             "topic",
             "partition",
             "offset",
-            "value_digest",
-            kept("key", "string"),
+            *DIGEST,
             "producer_id",
             "producer_epoch",
             "sequence",
             "leader_epoch",
-            kept("timestamp", "bigint"),
             "batch_base_offset",
             "crc_valid",
         )
@@ -109,22 +150,19 @@ def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: Da
 
 
 def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
-    # Pass 1 on narrow rows: (topic, partition, offset, 64-bit hash of the digest) of every ack
-    # without its match in the log. A hash stands for the digest (a 2^-64 chance to miss a loss)
-    # so the big join shuffles fixed-width keys; pass 2 fetches those acks' full rows.
-    def keyed(df: DataFrame) -> DataFrame:
-        return df.withColumn("h", F.xxhash64(F.coalesce("value_digest", F.lit("<null>"))))
-
-    keys = [*TP, "offset", "h"]
-    valid = keyed(committed.where(F.col("crc_valid"))).select(*keys)
-    missing_keys = keyed(acks).select(*keys).join(valid, keys, "left_anti")
-    missing = keyed(acks).join(missing_keys, keys, "left_semi").drop("h")
+    """``acks`` carry the ledger's ``value_digest`` text and its halves (:func:`digest_halves`)."""
+    # Pass 1 on narrow, fixed-width rows: (topic, partition, offset, digest halves) of every ack
+    # without its match in the log; pass 2 fetches those acks' full rows.
+    keys = [*TP, "offset", "dh", "dl"]
+    valid = committed.where(F.col("crc_valid")).select(*TP, "offset", *digest_keys())
+    missing_keys = acks.select(*TP, "offset", *digest_keys()).join(valid, keys, "left_anti")
+    missing = acks.select("*", *digest_keys()).join(missing_keys, keys, "left_semi").drop("dh", "dl")
     # What the log holds at the missing offsets (a semi join first: missing is small, committed not).
     found = (
         committed.join(missing.select(*TP, "offset"), [*TP, "offset"], "left_semi")
         .groupBy(*TP, "offset")
         .agg(
-            F.sort_array(F.collect_set("value_digest")).alias("found_digests"),
+            F.sort_array(F.collect_set(digest_hex())).alias("found_digests"),
             F.min(F.col("crc_valid").cast("int")).alias("found_valid"),
         )
     )
@@ -136,7 +174,8 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
         .otherwise("no record at that offset")
     )
     return (
-        missing.join(found, [*TP, "offset"], "left")
+        missing.drop(*DIGEST)
+        .join(found, [*TP, "offset"], "left")
         .join(F.broadcast(hws), TP, "left")
         .select(
             *TP,
@@ -154,24 +193,23 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame) -> DataFrame:
 
 
 def duplicate(committed: DataFrame) -> DataFrame:
-    rows = committed.where(F.col("value_digest").isNotNull() & F.col("crc_valid"))
-    # Pass 1 counts per 64-bit hash of the digest (a fixed-width key aggregates fast); pass 2
-    # lists the offsets of the values behind the (rare) repeated hashes, by the digest itself.
-    hashed = rows.withColumn("h", F.xxhash64("value_digest"))
-    repeated = hashed.groupBy("h").count().where(F.col("count") > 1).select("h")
+    rows = committed.where(F.col("digest_hi").isNotNull() & F.col("crc_valid"))
+    # Pass 1 counts per digest_hi (one long: SHA-256's first 64 bits are as good as a hash); pass
+    # 2 lists the offsets of the (rare) repeated ones, by both halves.
+    repeated = rows.groupBy("digest_hi").count().where(F.col("count") > 1).select("digest_hi")
     return (
-        hashed.join(repeated, "h", "left_semi")
-        .groupBy("value_digest")
+        rows.join(repeated, "digest_hi", "left_semi")
+        .groupBy(*DIGEST)
         .agg(F.sort_array(F.collect_set(F.struct(*TP, "offset"))).alias("locations"))
         .where(F.size("locations") > 1)
-        .select("value_digest", F.size("locations").alias("copies"), "locations")
+        .select(digest_hex().alias("value_digest"), F.size("locations").alias("copies"), "locations")
     )
 
 
 def out_of_order(committed: DataFrame) -> DataFrame:
     rows = committed.where(
         (F.col("producer_id") >= 0) & (F.col("sequence") >= 0) & F.col("crc_valid")
-    ).select(*TP, "offset", "producer_id", "producer_epoch", "sequence", "value_digest")
+    ).select(*TP, "offset", "producer_id", "producer_epoch", "sequence", *DIGEST)
     w = Window.partitionBy(*TP, "producer_id", "producer_epoch").orderBy("offset")
     return (
         rows.withColumn("previous_offset", F.lag("offset").over(w))
@@ -185,7 +223,7 @@ def out_of_order(committed: DataFrame) -> DataFrame:
             "sequence",
             "previous_offset",
             "previous_sequence",
-            "value_digest",
+            digest_hex().alias("value_digest"),
         )
     )
 
@@ -202,8 +240,7 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
     # whose copies agree on CRC, epoch, extent and the sum of their records' digest hashes, are all
     # CRC-valid and exist on every replica whose log spans them cannot hold a divergent offset
     # (short of a 2^-64 hash coincidence); anything else goes to pass 2, record by record.
-    digest = F.coalesce("value_digest", F.lit("?"))
-    h = F.xxhash64(digest)
+    h = F.xxhash64("digest_hi", "digest_lo")  # a null digest hashes to the seed
     per_copy = below.groupBy("broker", *TP, "batch_base_offset").agg(
         # The 64-bit hash summed as two 32-bit halves: no overflow (ANSI mode would raise).
         F.sum(F.shiftrightunsigned(h, 32)).alias("digests_hi"),
@@ -232,7 +269,7 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
         .select(*TP, "batch_base_offset")
     )
     # Pass 2, only the records of those batches: every copy of each offset, who lacks one, and why.
-    variant = F.struct(digest, "batch_crc", "leader_epoch", "batch_base_offset")
+    variant = F.struct(*DIGEST, "batch_crc", "leader_epoch", "batch_base_offset")
     per_offset = (
         below.join(F.broadcast(suspect), [*TP, "batch_base_offset"], "left_semi")
         .groupBy(*TP, "offset")
@@ -241,7 +278,7 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
                 F.collect_list(
                     F.struct(
                         "broker",
-                        "value_digest",
+                        digest_hex().alias("value_digest"),
                         "batch_crc",
                         "crc_valid",
                         "leader_epoch",
@@ -270,6 +307,23 @@ def divergent(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> Da
     return joined.where(
         (F.col("variants") > 1) | (F.col("all_valid") == 0) | (F.size("missing_on") > 0)
     ).select(*TP, "offset", "high_watermark", "copies", "missing_on", reason.alias("reason"))
+
+
+def epoch_checkpoints(spark: Any, replicas: Any) -> DataFrame:
+    """The ``epoch_checkpoints`` input from the :class:`verify.replicas.Replica` list the driver read."""
+    rows = [
+        (
+            r.broker,
+            r.topic,
+            r.partition,
+            None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
+            r.epoch_error,
+        )
+        for r in replicas
+    ]
+    return spark.createDataFrame(
+        rows, f"broker int, topic string, partition int, checkpoint {_ENTRIES}, checkpoint_error string"
+    )
 
 
 def hw_above_leo(extents: DataFrame) -> DataFrame:

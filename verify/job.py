@@ -37,16 +37,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ledger.format import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
 from verify import checks
 from verify.plot import Bucket, ErrorBucket, plot_timeline
+from verify.progress import Timings
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary
 from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
@@ -65,16 +67,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
-
-
-class Timings(dict):
-    @contextmanager
-    def measure(self, name: str):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self[name] = round(time.perf_counter() - start, 3)
 
 
 def run_verification(
@@ -102,7 +94,9 @@ def run_verification(
     if not bootstrap and not dirs:
         raise ValueError("nothing to verify against: give the bootstrap servers, the log dirs, or both")
     say = progress or _quiet
-    timings = Timings()
+    # Readers count their rows in files here; a thread prints them while a phase runs.
+    progress_dir = tempfile.mkdtemp(prefix="floodmark-verify-progress-")
+    timings = Timings(say if progress else None, progress_dir)
     small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
     if spark is None:
         from pyspark.sql import SparkSession
@@ -132,6 +126,7 @@ def run_verification(
         from verify.sources import register
 
         register(spark)
+    timings.spark = spark
     try:
         return _run(
             spark,
@@ -148,6 +143,7 @@ def run_verification(
             small_input,
         )
     finally:
+        shutil.rmtree(progress_dir, ignore_errors=True)
         if owned:
             spark.stop()
         else:
@@ -204,7 +200,7 @@ def _run(
     else:
         notes.append(f"no ledger at {ledger_path}: nothing acknowledged to look for")
         ledger = _empty(spark, f"{LEDGER_DDL}, {CORRUPT} string")
-    # Parse the JSON once: every later use reads this cached projection.
+    # Parse the JSON once: every later use reads this cached projection, with the digest's halves.
     entries = keep(
         ledger.select(
             F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed"))
@@ -220,6 +216,7 @@ def _run(
             "time_ms",
             "latency_ms",
             "error",
+            *checks.digest_halves(),
         )
     )
     with timings.measure("ledger"):
@@ -257,6 +254,8 @@ def _run(
         "offset",
         "key",
         "value_digest",
+        "digest_hi",
+        "digest_lo",
         "producer_id",
         "sequence",
         "time_ms",
@@ -292,13 +291,14 @@ def _run(
     replica_rows = None
     extents = None
     if log_dirs:
-        # Keys and timestamps are not cached: no check reads them (the ledger has the keys).
+        # The narrow rows: digests as two longs, no keys or timestamps (no check reads them).
         replica_rows = keep(
             spark.read.format(SEGMENTS_SOURCE)
             .option("log_dirs", ",".join(log_dirs))
             .option("topics", topic_list)
+            .option("digests", "binary")
+            .option("progress_dir", str(timings.progress_dir))
             .load()
-            .drop("key", "timestamp")
         )
         replicas_df = spark.createDataFrame(
             [
@@ -329,6 +329,8 @@ def _run(
             .option("topics", topic_list)
             .option("offsets", json.dumps({offsets_key(t, p): list(v) for (t, p), v in offsets.items()}))
             .option("timeout_s", str(timeout_s))
+            .option("digests", "binary")
+            .option("progress_dir", str(timings.progress_dir))
             .load()
         )
         say(f"reading the committed log of {topic_list} from the cluster")
@@ -364,7 +366,7 @@ def _run(
         "epoch_cache_inconsistent": ["topic", "partition", "broker"],
     }
     if log_dirs:
-        epoch_checkpoints = _epoch_checkpoints(spark, inventory)
+        epoch_checkpoints = checks.epoch_checkpoints(spark, inventory.replicas)
         offending["divergent"] = lambda: checks.divergent(replica_rows, extents, hws)
         offending["hw_above_leo"] = lambda: checks.hw_above_leo(extents)
         offending["epoch_cache_inconsistent"] = lambda: checks.epoch_cache_inconsistent(
@@ -388,7 +390,10 @@ def _run(
     # well; on a big one the checks would only compete for the cores and the memory.
     parallel = CONCURRENT_CHECKS if small_input else 1
     say(f"checking {', '.join(n for n in CHECKS if n in offending)}")
-    with ThreadPoolExecutor(parallel, thread_name_prefix="floodmark-check") as pool:
+    with (
+        timings.measure("checks", record=False),  # each check records its own time
+        ThreadPoolExecutor(parallel, thread_name_prefix="floodmark-check") as pool,
+    ):
         for name, count, rows, seconds in pool.map(run_check, [n for n in CHECKS if n in offending]):
             timings[name] = round(seconds, 3)
             counts[name] = count
@@ -406,6 +411,8 @@ def _run(
         notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
 
     timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
+    if slowest := timings.slowest():
+        say(f"slowest phase: {slowest[0]} ({slowest[1]:.1f} s of {timings['total']:.1f} s)")
     ok = all(counts.get(name, 0) == 0 for name in CHECKS)
     result = Result(
         ok=ok,
@@ -435,24 +442,6 @@ def _run(
         + f"; report in {result.report_path}"
     )
     return result
-
-
-def _epoch_checkpoints(spark: Any, inventory: Inventory) -> Any:
-    rows = [
-        (
-            r.broker,
-            r.topic,
-            r.partition,
-            None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
-            r.epoch_error,
-        )
-        for r in inventory.replicas
-    ]
-    return spark.createDataFrame(
-        rows,
-        "broker int, topic string, partition int, checkpoint array<struct<epoch:int,start_offset:bigint>>, "
-        "checkpoint_error string",
-    )
 
 
 def _timeline(acks: Any, errors: Any, events: list[Any], path: Path) -> None:

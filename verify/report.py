@@ -161,7 +161,9 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in result.notes]
     if result.timings_s:
         timings = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings_s.items())
-        lines += ["", f"Timings: {timings}.", "", f"Timeline: {TIMELINE_FILE}."]
+        phases = [(v, k) for k, v in result.timings_s.items() if k != "total"]
+        slowest = f" Slowest phase: {max(phases)[1]}." if phases else ""
+        lines += ["", f"Timings: {timings}.{slowest}", "", f"Timeline: {TIMELINE_FILE}."]
     return "\n".join(lines) + "\n"
 
 
