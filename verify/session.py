@@ -2,8 +2,9 @@
 (docs/design.md "Verification job").
 
 What PySpark 4 needs here: Python workers must start the interpreter running the driver
-(``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = ``sys.executable``), Spark binds to loopback
-(``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``), the UI is off, shuffles use few partitions
+(``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` = ``sys.executable``), the driver binds to loopback
+(``SPARK_LOCAL_IP``, ``spark.driver.bindAddress``) unless the master is a cluster on other hosts,
+whose executors must reach it (:func:`loopback_master`), the UI is off, shuffles use few partitions
 (16, which adaptive execution coalesces further when the data is small),
 and ``JAVA_TOOL_OPTIONS="-XX:+UseSerialGC -XX:TieredStopAtLevel=1"`` roughly halves start-up.
 
@@ -35,15 +36,32 @@ SMALL_INPUT_CONF = {
 SMALL_INPUT_SHUFFLE_PARTITIONS = 2
 
 
-def spark_environment(fast_start: bool = False) -> dict[str, str]:
+LOOPBACK = "127.0.0.1"
+
+
+def loopback_master(master: str) -> bool:
+    """Whether every executor of ``master`` runs on this machine's loopback: ``local[...]``, or a
+    ``spark://`` URL whose hosts are all loopback. Otherwise the driver must listen on an address
+    the workers can reach, which Spark picks (or ``SPARK_LOCAL_IP`` names)."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [hp.rsplit(":", 1)[0] for hp in master.removeprefix("spark://").split(",")]
+    return all(h == "localhost" or h.startswith("127.") for h in hosts)
+
+
+def spark_environment(fast_start: bool = False, loopback: bool = True) -> dict[str, str]:
     """The environment variables the session needs (before the JVM starts)."""
-    return {
+    env = {
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
         "JAVA_TOOL_OPTIONS": FAST_START_JAVA_OPTIONS if fast_start else THROUGHPUT_JAVA_OPTIONS,
         "PYARROW_IGNORE_TIMEZONE": "1",
     }
+    if loopback:
+        env["SPARK_LOCAL_IP"] = LOOPBACK
+    return env
 
 
 def build_session(
@@ -59,7 +77,7 @@ def build_session(
     # JAVA_TOOL_OPTIONS is for Spark's JVM only: it is set while the JVM starts and restored
     # after, so JVMs this process starts later (ZooKeeper in the tests) do not inherit it.
     before = os.environ.get("JAVA_TOOL_OPTIONS")
-    for name, value in spark_environment(fast_start).items():
+    for name, value in spark_environment(fast_start, loopback_master(master)).items():
         os.environ.setdefault(name, value)
     try:
         return _build(master, app_name, shuffle_partitions, driver_memory, extra_conf)
@@ -86,13 +104,13 @@ def _build(
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", driver_memory or os.environ.get("FLOODMARK_SPARK_DRIVER_MEMORY", "4g"))
     )
+    if loopback_master(master):
+        builder = builder.config("spark.driver.bindAddress", LOOPBACK).config("spark.driver.host", LOOPBACK)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
