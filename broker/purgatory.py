@@ -13,6 +13,7 @@ Timers run on the asyncio loop; the condition checks are plain synchronous code.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Hashable, Iterable
@@ -20,7 +21,7 @@ from collections.abc import Hashable, Iterable
 log = logging.getLogger(__name__)
 
 
-class DelayedOperation:
+class DelayedOperation(abc.ABC):
     """Subclasses implement :meth:`try_complete` (call :meth:`force_complete` when done) and
     :meth:`on_complete` (send the response); :meth:`on_expiration` is optional."""
 
@@ -29,13 +30,15 @@ class DelayedOperation:
         self.completed = False
         self._timer: asyncio.TimerHandle | None = None
 
+    @abc.abstractmethod
     def try_complete(self) -> bool:
-        raise NotImplementedError  # abstract: every concrete operation states its own condition
+        """Complete (:meth:`force_complete`) if this operation's condition holds now."""
 
+    @abc.abstractmethod
     def on_complete(self) -> None:
-        raise NotImplementedError  # abstract: every concrete operation sends its own response
+        """Send this operation's response."""
 
-    def on_expiration(self) -> None:
+    def on_expiration(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Called just before on_complete when the operation completes by timing out."""
 
     def force_complete(self) -> bool:

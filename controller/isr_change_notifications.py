@@ -26,16 +26,12 @@ log = logging.getLogger(__name__)
 async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeNotification) -> None:
     """Refresh the named partitions' states and send them in UpdateMetadata. A notification is
     deleted only once it was read and every partition it names was re-read and propagated;
-    after a failed read the rest stay, and the event comes again after a short backoff (Kafka
-    retries its ZooKeeper reads until connected instead)."""
+    after a failed read of a notification or a state the rest stay, and the event comes again
+    after 0.1 s. A failed listing raises, and the controller's event retry takes over."""
     if not ctl.is_active:
         return
-    retry = asyncio.get_running_loop().call_later
-    try:
-        children = await ctl.zk.get_children(ISR_CHANGE_NOTIFICATION_PATH, watch=ctl.on_isr_change_watch)
-    except Exception:
-        retry(0.1, ctl.events.put, IsrChangeNotification())  # the watch may not be set either
-        raise
+    # a failed read raises: the controller's event retry reads again and re-sets the watch
+    children = await ctl.zk.get_children(ISR_CHANGE_NOTIFICATION_PATH, watch=ctl.on_isr_change_watch)
     notifications = sorted(c for c in children or [] if c.startswith(ISR_CHANGE_PREFIX))
     if not notifications:
         return
@@ -79,7 +75,7 @@ async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeN
     ]
     await delete_isr_change_notifications(ctl, done)
     if len(done) < len(notifications):
-        retry(0.1, ctl.events.put, IsrChangeNotification())
+        asyncio.get_running_loop().call_later(0.1, ctl.events.put, IsrChangeNotification())
 
 
 async def delete_isr_change_notifications(ctl: ControllerParts, notifications: list[str]) -> None:

@@ -4,7 +4,7 @@ lost), KafkaServer's re-registration after session expiry (checkedEphemeralCreat
 ControllerEventManager.clearAndPut(Expire).
 
 ZooKeeper is real (the session-scoped ``zookeeper`` fixture). Failures are injected by
-:class:`FlakyZk`, a thin wrapper around the real :class:`~zk.bridge.ZkBridge` that fails
+:class:`~tests.bridge_faults.FailingZk`, a thin wrapper around the real :class:`~zk.bridge.ZkBridge` that fails
 chosen calls with kazoo's ConnectionLoss, before or after the real call, or by driving the
 state-listener callbacks directly; never by timing.
 """
@@ -18,63 +18,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kazoo.exceptions import ConnectionLoss
 
 from broker.config import BrokerConfig
 from broker.server import BrokerServer
 from controller.controller import ControllerConfig, KafkaController
 from controller.controller_election import read_controller_epoch
 from controller.event_manager import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
+from tests.bridge_faults import FailingZk
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.data import decode_controller, decode_controller_epoch, encode_controller, encode_controller_epoch
 from zk.paths import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_id_path
 
 BROKER = 1
-
-
-class FlakyZk:
-    """The real bridge, with ``fail(method, when, match, after_commit)``: the ``when``-th later
-    call of ``method`` whose first argument satisfies ``match`` raises ConnectionLoss, before
-    the request is sent or after it was answered (the reply lost)."""
-
-    def __init__(self, bridge: ZkBridge) -> None:
-        self._bridge = bridge
-        self._faults: list[dict[str, Any]] = []
-        self.injected: list[str] = []
-
-    def fail(
-        self,
-        method: str,
-        when: int = 1,
-        match: Callable[[Any], bool] = lambda _: True,
-        after_commit: bool = False,
-    ) -> None:
-        self._faults.append({"method": method, "left": when, "match": match, "after": after_commit})
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._bridge, name)
-        if name not in ("get", "get_children", "exists", "create", "set", "delete", "multi"):
-            return real
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            fault = None
-            for f in self._faults:
-                if f["method"] == name and args and f["match"](args[0]):
-                    f["left"] -= 1
-                    if f["left"] == 0:
-                        fault = f
-                        self._faults.remove(f)
-                    break
-            if fault is not None and not fault["after"]:
-                self.injected.append(f"{name} before")
-                raise ConnectionLoss()
-            result = await real(*args, **kwargs)
-            if fault is not None:
-                self.injected.append(f"{name} after commit")
-                raise ConnectionLoss()
-            return result
-
-        return call
 
 
 def _is_election(ops: Any) -> bool:
@@ -110,7 +65,7 @@ async def test_election_write_committed_but_reply_lost_still_makes_the_controlle
     """Old code: Startup failed with ConnectionLoss and the Reelect after it found broker 1 in
     /controller and returned: ``assert controller.is_active`` failed (no controller at all)."""
     bridge = await _bridge(zk_connect)
-    zk = FlakyZk(bridge)
+    zk = FailingZk(bridge)
     zk.fail("multi", match=_is_election, after_commit=True)
     controller = _controller(zk)
     try:
@@ -240,7 +195,7 @@ async def test_reregistration_after_session_loss_retries_until_registered(
     Lost-reply: the znode landed but the task died with ConnectionLoss:
     ``assert all(t.exception() is None ...)`` failed."""
     bridge = await _bridge(zk_connect)
-    zk = FlakyZk(bridge)
+    zk = FailingZk(bridge)
     server = _server(zk, zk_connect)
     try:
         await server._register()

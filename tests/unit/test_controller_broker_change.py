@@ -1,7 +1,7 @@
 """Broker change handling against a real ZooKeeper (SPEC 4; seed 000 "Broker Failover" and
 "Broker启动过程"; Kafka's KafkaController.processBrokerChange, onBrokerFailure, onBrokerStartup and
 its state machines, which send each step's requests as their own batch). Faults are injected by
-:class:`~tests.unit.test_controller_zk_faults.FailingZk`; the controller's requests are recorded
+:class:`~tests.bridge_faults.FailingZk`; the controller's requests are recorded
 in send order instead of going to brokers.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from client.protocol.api import ApiKey
 from client.types import TopicPartition
 from controller.event_manager import BrokerChange
+from tests.bridge_faults import FailingZk
 from tests.unit.test_controller_zk_faults import (
-    FailingZk,
     Recorded,
     eventually,
     idle,

@@ -15,8 +15,9 @@ import random
 from client.types import TopicPartition
 from controller.controller import ControllerConfig, KafkaController
 from controller.controller_election import try_to_become_controller
+from tests.bridge_faults import FailingZk
 from tests.unit.kazoo_faults import KazooFaults, drop_connection
-from tests.unit.test_controller_zk_faults import FailingZk, eventually, idle, start_controller
+from tests.unit.test_controller_zk_faults import eventually, idle, start_controller
 from zk.bridge import ZkBridge
 from zk.client import get_partition_state
 from zk.data import encode_topic_assignment

@@ -1,7 +1,7 @@
 """Controller correctness under ZooKeeper faults and deposed controllers, against a real ZooKeeper
 (SPEC 3 "every controller write is fenced", SPEC 4; Kafka's KafkaController, KafkaZkClient and
 ControllerChannelManager). Faults are injected at exact calls by :class:`FailingZk`, a thin
-wrapper around the real :class:`~zk.bridge.ZkBridge`; broker connections are fakes that
+wrapper around the real :class:`~zk.bridge.ZkBridge` (tests/bridge_faults.py); broker connections are fakes that
 record what the controller sends.
 """
 
@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kazoo.exceptions import ConnectionLoss
 
 from client.protocol.api import ApiKey, validate_response
 from client.protocol.errors import ErrorCode, KafkaError
@@ -24,6 +23,7 @@ from controller.context import ControllerContext, StateChangeRecorder
 from controller.controller import ControllerConfig, KafkaController
 from controller.partition_state_machine import PartitionState, PartitionStateMachine
 from controller.replica_state_machine import ReplicaState
+from tests.bridge_faults import FailingZk
 from zk.bridge import ZkBridge
 from zk.client import ControllerMovedError, get_partition_state, propagate_isr_change, register_broker
 from zk.data import (
@@ -45,46 +45,6 @@ from zk.paths import (
 )
 
 TP = TopicPartition("t", 0)
-
-
-class FailingZk:
-    """The real bridge, except that chosen calls fail with kazoo's ConnectionLoss (or run a hook
-    first): ``fail("get", nth=1, path=...)`` fails the first ``get`` of that path from now on."""
-
-    def __init__(self, zk: ZkBridge) -> None:
-        self._zk = zk
-        self._rules: list[dict[str, Any]] = []
-        self.failed: list[tuple[str, str]] = []
-
-    def fail(self, method: str, nth: int = 1, path: str | None = None) -> None:
-        self._rules.append({"method": method, "path": path, "left": nth, "hook": None})
-
-    def before(self, method: str, hook: Callable[[], Awaitable[None]], path: str | None = None) -> None:
-        """Run ``hook`` once, just before the first matching call goes to ZooKeeper."""
-        self._rules.append({"method": method, "path": path, "left": 1, "hook": hook})
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._zk, name)
-        if not callable(real) or not asyncio.iscoroutinefunction(real):
-            return real
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            path = args[0] if args and isinstance(args[0], str) else None
-            for rule in self._rules:
-                if rule["left"] <= 0 or rule["method"] != name:
-                    continue
-                if rule["path"] is not None and rule["path"] != path:
-                    continue
-                rule["left"] -= 1
-                if rule["left"] == 0:
-                    if rule["hook"] is not None:
-                        await rule["hook"]()
-                    else:
-                        self.failed.append((name, str(path)))
-                        raise ConnectionLoss()
-            return await real(*args, **kwargs)
-
-        return call
 
 
 async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout: float = 5.0) -> bool:
