@@ -87,7 +87,11 @@ class KafkaApis:
         )
 
     async def handle_metadata(self, request: Request) -> None:
-        request.respond(self.metadata_cache.metadata_response(request.body["topics"], self.cluster_id()))
+        request.respond(
+            self.metadata_cache.metadata_response(
+                request.body["topics"], self.cluster_id(), request.listener_name
+            )
+        )
 
     async def handle_update_metadata(self, request: Request) -> None:
         body = request.body

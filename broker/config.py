@@ -19,11 +19,14 @@ from typing import Any
 
 from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.log import LogConfig
-from broker.network import NetworkConfig
+from broker.network import Listener, NetworkConfig
 from controller.controller import ControllerConfig
+from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+#: Kafka's default ``listener.security.protocol.map``: each security protocol as a listener name.
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 
 class ConfigError(ValueError):
@@ -78,6 +81,8 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("broker.id", "int", -1, low=-1, doc="this broker's id; must be set and unique"),
     Prop("listeners", "str", "PLAINTEXT://127.0.0.1:9092"),
     Prop("advertised.listeners", "str", ""),
+    Prop("listener.security.protocol.map", "str", DEFAULT_PROTOCOL_MAP),
+    Prop("inter.broker.listener.name", "str", ""),
     Prop("log.dirs", "list", ["/tmp/floodmark-logs"]),
     Prop("zookeeper.connect", "str", ""),
     Prop("zookeeper.session.timeout.ms", "int", 18000, low=1000),
@@ -211,16 +216,55 @@ class BrokerConfig:
             raise ConfigError("broker.id must be set to a non-negative integer")
         if not self["zookeeper.connect"]:
             raise ConfigError("zookeeper.connect must be set (host:port[,host:port][/chroot])")
-        self.listener_host, self.listener_port = parse_listener(self["listeners"], "listeners")
-        advertised = self["advertised.listeners"] or self["listeners"]
-        self.advertised_host, self.advertised_port = parse_listener(advertised, "advertised.listeners")
-        if self.advertised_host in ("0.0.0.0", ""):
-            self.advertised_host = "127.0.0.1"
+        self._parse_listeners()
         if "log.retention.ms" not in self._values and "log.retention.hours" in self._values:
             hours = self["log.retention.hours"]
             self._values["log.retention.ms"] = -1 if hours < 0 else hours * 3600_000
         if "log.roll.ms" not in self._values and "log.roll.hours" in self._values:
             self._values["log.roll.ms"] = self["log.roll.hours"] * 3600_000
+
+    def _parse_listeners(self) -> None:
+        """KIP-103's keys, checked as Kafka's KafkaConfig checks them (docs/operations.md
+        "Listeners"): ``listeners`` (where to bind), ``advertised.listeners`` (what goes into
+        /brokers/ids/<id>), ``listener.security.protocol.map`` and ``inter.broker.listener.name``."""
+        protocols = parse_protocol_map(self["listener.security.protocol.map"])
+        #: Where the broker binds, one acceptor each; an empty host means every interface.
+        self.listeners: tuple[EndPoint, ...] = parse_listeners(self["listeners"], "listeners", protocols)
+        _check_unique(self.listeners, "listeners", ports=True)
+        names = [e.listener_name for e in self.listeners]
+        advertised_text = self["advertised.listeners"] or self["listeners"]
+        #: What the broker registers; port 0 is replaced by the bound port at registration.
+        self.advertised_listeners: tuple[EndPoint, ...] = parse_listeners(
+            advertised_text, "advertised.listeners", None
+        )
+        _check_unique(self.advertised_listeners, "advertised.listeners", ports=False)
+        for endpoint in self.advertised_listeners:
+            if endpoint.listener_name not in names:
+                raise ConfigError(
+                    f"advertised.listeners listener name {endpoint.listener_name} is not a listener "
+                    f"defined in listeners (the listener names are {', '.join(names)})"
+                )
+            if endpoint.host == "0.0.0.0":
+                raise ConfigError(
+                    "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0 "
+                    f"({endpoint.connection_string()}): set advertised.listeners to a routable address"
+                )
+        advertised_names = [e.listener_name for e in self.advertised_listeners]
+        inter = self["inter.broker.listener.name"].strip().upper()
+        if not inter:
+            if PLAINTEXT not in names:
+                raise ConfigError(
+                    "inter.broker.listener.name must be set when no listener is named PLAINTEXT "
+                    f"(the listener names are {', '.join(names)})"
+                )
+            inter = PLAINTEXT
+        if inter not in advertised_names:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners: "
+                f"{inter} is not one of {', '.join(advertised_names)}"
+            )
+        #: The listener other brokers and the controller reach this broker on (and it reaches them).
+        self.inter_broker_listener_name: str = inter
 
     @classmethod
     def from_file(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -271,8 +315,7 @@ class BrokerConfig:
     def network_config(self) -> NetworkConfig:
         """The socket server's settings (Kafka's SocketServer and KafkaRequestHandlerPool)."""
         return NetworkConfig(
-            host=self.listener_host,
-            port=self.listener_port,
+            listeners=tuple(Listener(e.listener_name, e.host, e.port) for e in self.listeners),
             num_network_threads=self["num.network.threads"],
             num_io_threads=self["num.io.threads"],
             queued_max_requests=self["queued.max.requests"],
@@ -290,6 +333,7 @@ class BrokerConfig:
             leader_imbalance_per_broker_percentage=self["leader.imbalance.per.broker.percentage"],
             delete_topic_enable=self["delete.topic.enable"],
             controller_socket_timeout_ms=self["controller.socket.timeout.ms"],
+            inter_broker_listener_name=self.inter_broker_listener_name,
         )
 
     def controlled_shutdown_settings(self) -> ControlledShutdownSettings:
@@ -298,6 +342,7 @@ class BrokerConfig:
             max_retries=self["controlled.shutdown.max.retries"],
             retry_backoff_ms=self["controlled.shutdown.retry.backoff.ms"],
             request_timeout_ms=self["request.timeout.ms"],
+            inter_broker_listener_name=self.inter_broker_listener_name,
         )
 
 
@@ -311,13 +356,74 @@ def _check_typed(prop: Prop, value: Any) -> Any:
     )
 
 
-def parse_listener(value: str, key: str) -> tuple[str, int]:
-    first = value.split(",")[0].strip()
-    _, sep, hostport = first.rpartition("://")
-    host, colon, port = hostport.rpartition(":")
-    if not sep or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"Invalid value {value!r} for configuration {key}: expected PLAINTEXT://host:port")
-    return host, int(port)
+def parse_protocol_map(value: str) -> dict[str, str]:
+    """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs, names upper-cased as Kafka's."""
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = (part.strip() for part in item.partition(":"))
+        if not sep or not name or not protocol:
+            raise ConfigError(
+                f"Invalid value {item!r} in configuration listener.security.protocol.map: "
+                "expected NAME:PROTOCOL"
+            )
+        if protocol.upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"Invalid value {item!r} in configuration listener.security.protocol.map: "
+                f"unknown security protocol {protocol} (one of {', '.join(SECURITY_PROTOCOLS)})"
+            )
+        if name.upper() in out:
+            raise ConfigError(f"listener.security.protocol.map maps listener {name.upper()} twice")
+        out[name.upper()] = protocol.upper()
+    return out
+
+
+def parse_listeners(value: str, key: str, protocols: Mapping[str, str] | None) -> tuple[EndPoint, ...]:
+    """``NAME://host:port[,NAME://host:port...]`` (an IPv6 host in brackets; empty host: every
+    interface); with ``protocols``, every name must be mapped to PLAINTEXT, the one protocol
+    floodmark speaks (advertised listeners are checked against the listeners instead)."""
+    out = []
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        name, sep, hostport = item.partition("://")
+        host, colon, port = hostport.rpartition(":")
+        name = name.strip().upper()
+        if not sep or not name or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(
+                f"Invalid value {item!r} in configuration {key}: expected NAME://host:port "
+                "(e.g. PLAINTEXT://127.0.0.1:9092)"
+            )
+        protocol = PLAINTEXT if protocols is None else protocols.get(name)
+        if protocol is None:
+            raise ConfigError(
+                f"{key}: no security protocol defined for listener {name}: add {name}:PLAINTEXT "
+                "to listener.security.protocol.map"
+            )
+        if protocol != PLAINTEXT:
+            raise ConfigError(
+                f"{key}: listener {name} uses security protocol {protocol}; only PLAINTEXT is supported"
+            )
+        out.append(EndPoint(name, host.removeprefix("[").removesuffix("]"), int(port), protocol))
+    if not out:
+        raise ConfigError(f"{key} must hold at least one NAME://host:port, got {value!r}")
+    return tuple(out)
+
+
+def _check_unique(endpoints: Iterable[EndPoint], key: str, ports: bool) -> None:
+    """Kafka's rules: listener names are unique, and so are the ports one binds (port 0, an
+    ephemeral port, may repeat); advertised listeners may share a port."""
+    names: set[str] = set()
+    bound: set[int] = set()
+    for e in endpoints:
+        if e.listener_name in names:
+            raise ConfigError(f"{key}: each listener must have a different name; {e.listener_name} repeats")
+        names.add(e.listener_name)
+        if ports and e.port != 0:
+            if e.port in bound:
+                raise ConfigError(f"{key}: each listener must have a different port; {e.port} repeats")
+            bound.add(e.port)
 
 
 def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:

@@ -29,6 +29,8 @@ class ControlledShutdownSettings:
     max_retries: int
     retry_backoff_ms: int
     request_timeout_ms: int
+    #: The controller is reached on this broker's inter-broker listener (KIP-103).
+    inter_broker_listener_name: str = "PLAINTEXT"
 
 
 async def controlled_shutdown(
@@ -38,7 +40,13 @@ async def controlled_shutdown(
     ``broker_epoch`` (KIP-380) lets the controller refuse the request of an older incarnation."""
     for attempt in range(1, settings.max_retries + 1):
         try:
-            remaining = await _ask_controller(broker_id, broker_epoch, zk, settings.request_timeout_ms / 1000)
+            remaining = await _ask_controller(
+                broker_id,
+                broker_epoch,
+                zk,
+                settings.request_timeout_ms / 1000,
+                settings.inter_broker_listener_name,
+            )
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
                 "[KafkaServer id=%d] controlled shutdown attempt %d/%d failed: %s",
@@ -68,7 +76,7 @@ async def controlled_shutdown(
 
 
 async def _ask_controller(
-    broker_id: int, broker_epoch: int, zk: ZkBridge, timeout_s: float
+    broker_id: int, broker_epoch: int, zk: ZkBridge, timeout_s: float, listener_name: str
 ) -> list[tuple[str, int]]:
     controller_id = await get_controller_id(zk)
     if controller_id < 0:
@@ -76,9 +84,15 @@ async def _ask_controller(
     controller = await get_broker(zk, controller_id)
     if controller is None:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {controller_id} is not registered")
+    endpoint = controller.endpoint_for(listener_name)
+    if endpoint is None:
+        raise KafkaError(
+            ErrorCode.NOT_CONTROLLER,
+            f"controller {controller_id} has no endpoint on listener {listener_name}",
+        )
     connection = await BrokerConnection.open(
-        controller.host,
-        controller.port,
+        endpoint.host,
+        endpoint.port,
         client_id=f"broker-{broker_id}-controlled-shutdown",
         timeout=timeout_s,
     )

@@ -8,15 +8,23 @@ The cache keeps no controller epoch of its own: UpdateMetadata is fenced by the 
 manager's, the one LeaderAndIsr and StopReplica check and raise (Kafka's
 ``ReplicaManager.maybeUpdateMetadataCache``; broker/replica/leader_and_isr.py), and
 applied through it.
+
+KIP-103: the cache keeps every advertised endpoint of every broker, and a Metadata response
+names each broker by its endpoint on the listener the request arrived on; a broker without
+that listener is left out, and a partition it leads answers LEADER_NOT_AVAILABLE (Kafka's
+``MetadataCache.getAliveEndpoint``; docs/design.md "Listeners (KIP-103) and the compose cluster").
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode
-from zk.data import BrokerInfo
+from zk.data import PLAINTEXT, BrokerInfo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,7 @@ class MetadataCache:
         """Apply an UpdateMetadata body whose controller epoch the caller has checked
         (:meth:`LeaderAndIsrHandler.update_metadata`); returns the partitions whose state changed."""
         self.controller_id = body["controller_id"]
-        self.brokers = {
-            b["id"]: BrokerInfo(b["id"], b["host"], b["port"], b.get("rack")) for b in body["live_brokers"]
-        }
+        self.brokers = {b["id"]: BrokerInfo.from_wire(b) for b in body["live_brokers"]}
         changed = []
         for state in body["partition_states"]:
             topic, partition = state["topic"], state["partition"]
@@ -80,19 +86,34 @@ class MetadataCache:
     def alive_broker(self, broker_id: int) -> BrokerInfo | None:
         return self.brokers.get(broker_id)
 
-    def metadata_response(self, topics: list[str] | None, cluster_id: str | None) -> dict:
+    def alive_endpoints(self, listener_name: str) -> dict[int, BrokerInfo]:
+        """Every live broker that has ``listener_name``, as a BrokerInfo whose host and port are
+        that listener's (Kafka's getAliveBrokerNodes(listenerName))."""
+        out = {}
+        for broker_id, broker in sorted(self.brokers.items()):
+            endpoint = broker.endpoint_for(listener_name)
+            if endpoint is None:
+                log.debug("Broker endpoint not found for broker %d listenerName %s", broker_id, listener_name)
+                continue
+            out[broker_id] = BrokerInfo(broker_id, endpoint.host, endpoint.port, broker.rack)
+        return out
+
+    def metadata_response(
+        self, topics: list[str] | None, cluster_id: str | None, listener_name: str = PLAINTEXT
+    ) -> dict:
+        """The Metadata answer for a request that arrived on ``listener_name``."""
         names = self.topics() if topics is None else topics
+        brokers = self.alive_endpoints(listener_name)
         return {
             "brokers": [
-                {"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in sorted(self.brokers.values(), key=lambda b: b.id)
+                {"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers.values()
             ],
             "cluster_id": cluster_id,
             "controller_id": self.controller_id,
-            "topics": [self._topic_metadata(name) for name in names],
+            "topics": [self._topic_metadata(name, brokers, listener_name) for name in names],
         }
 
-    def _topic_metadata(self, topic: str) -> dict:
+    def _topic_metadata(self, topic: str, reachable: dict[int, BrokerInfo], listener_name: str) -> dict:
         partitions = self.partitions.get(topic)
         if partitions is None:
             return {
@@ -104,7 +125,15 @@ class MetadataCache:
         out = []
         for number in sorted(partitions):
             p = partitions[number]
-            leader_alive = p.leader in self.brokers
+            leader_alive = p.leader in reachable
+            if not leader_alive and p.leader in self.brokers:
+                log.debug(
+                    "Error while fetching metadata for %s-%d: listener %s not found on leader %d",
+                    topic,
+                    number,
+                    listener_name,
+                    p.leader,
+                )
             out.append(
                 {
                     "error_code": ErrorCode.NONE if leader_alive else ErrorCode.LEADER_NOT_AVAILABLE,

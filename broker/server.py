@@ -15,9 +15,11 @@ import inspect
 import logging
 import os
 import random
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from broker.apis import KafkaApis
@@ -35,6 +37,7 @@ from broker.state_change_log import StateChangeLog
 from controller.controller import KafkaController
 from zk.bridge import ZkBridge
 from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
+from zk.data import EndPoint
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,9 @@ class BrokerServer:
         self._session_lost = False
         self._registered = asyncio.Event()  # set once registered: requests wait for it
         self._reregistration: asyncio.Task | None = None
-        self.port: int | None = None
+        self.port: int | None = None  # the first listener's bound port
+        #: Listener name -> bound port, once the socket server is up (Kafka's boundPort).
+        self.bound_ports: dict[str, int] = {}
 
     # -- start-up ----------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -126,12 +131,19 @@ class BrokerServer:
         )
         await self.socket_server.start()
         if cfg["metrics.port"] >= 0:
-            self.metrics.serve(cfg.listener_host, cfg["metrics.port"])
+            self.metrics.serve(cfg.listeners[0].host or "0.0.0.0", cfg["metrics.port"])
         self.port = self.socket_server.port
+        self.bound_ports = dict(self.socket_server.bound_ports)
         await self._register()
         await self.controller.startup()
         self._start_periodic_tasks()
-        log.info("[KafkaServer id=%d] started on %s:%d", self.broker_id, cfg.listener_host, self.port)
+        log.info(
+            "[KafkaServer id=%d] started, listeners %s",
+            self.broker_id,
+            ", ".join(
+                f"{e.listener_name}://{e.host}:{self.bound_ports[e.listener_name]}" for e in cfg.listeners
+            ),
+        )
 
     def _metrics_snapshot(self) -> BrokerState:
         """The gauges of docs/operations.md "Metrics", read from the subsystems that own the state,
@@ -160,13 +172,21 @@ class BrokerServer:
             await self._registered.wait()
         await self.apis.handle(request)
 
+    def advertised_endpoints(self) -> list[EndPoint]:
+        """``advertised.listeners`` as registered (Kafka's KafkaServer.startup): port 0 becomes the
+        port bound for that listener, an empty host this machine's fully qualified name."""
+        bound = self.bound_ports
+        return [
+            replace(
+                e,
+                host=e.host or socket.getfqdn(),
+                port=e.port or bound.get(e.listener_name, e.port),
+            )
+            for e in self.config.advertised_listeners
+        ]
+
     async def _register(self) -> None:
-        advertised_port = self.config.advertised_port or self.port
-        if self.config.advertised_port == self.config.listener_port:
-            advertised_port = self.port
-        epoch = await register_broker(
-            self.zk, self.broker_id, self.config.advertised_host, advertised_port, self.time_ms
-        )
+        epoch = await register_broker(self.zk, self.broker_id, self.advertised_endpoints(), self.time_ms)
         self.replica_manager.broker_epoch = epoch
         self._registered.set()
         log.info("[KafkaServer id=%d] registered with broker epoch %d", self.broker_id, epoch)

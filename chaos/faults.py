@@ -181,8 +181,9 @@ class DockerBackend:
         self._run(["docker", "network", "disconnect", self.network, self.container(broker_id)])
 
     def heal(self, broker_id: int) -> None:
-        # `network connect` alone drops the compose service name (brokerN, the name the broker
-        # advertises) from the network's embedded DNS; the alias puts it back
+        # `network connect` alone drops the compose service name (brokerN, the host the broker
+        # advertises on its INTERNAL listener, which the other brokers use) from the network's
+        # embedded DNS; the alias puts it back
         alias = self.service.format(broker_id)
         self._run(["docker", "network", "connect", "--alias", alias, self.network, self.container(broker_id)])
 

@@ -27,7 +27,7 @@ from client.protocol.api import ApiKey, InvalidBody
 from client.protocol.errors import ErrorCode, KafkaError, error_name
 from client.types import TopicPartition
 from controller.context import ControllerContext
-from zk.data import LEADER_DURING_DELETE, BrokerInfo, LeaderIsrAndControllerEpoch
+from zk.data import LEADER_DURING_DELETE, PLAINTEXT, BrokerInfo, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,11 @@ class _BrokerSender:
         rng: random.Random,
         backoff_initial_s: float,
         backoff_max_s: float,
+        listener_name: str = PLAINTEXT,
     ) -> None:
         self.controller_id = controller_id
         self.broker = broker
+        self.listener_name = listener_name
         self.request_timeout_s = request_timeout_s
         self.rng = rng
         self.backoff_initial_s = backoff_initial_s
@@ -90,9 +92,18 @@ class _BrokerSender:
         while True:
             try:
                 if self.connection is None or not self.connection.is_open:
+                    endpoint = self.broker.endpoint_for(self.listener_name)
+                    if endpoint is None:  # Kafka: BrokerEndPointNotAvailableException
+                        log.error(
+                            "broker %s has no endpoint on the inter-broker listener %s (it has %s)",
+                            self.broker.id,
+                            self.listener_name,
+                            ", ".join(e.connection_string() for e in self.broker.endpoints) or "none",
+                        )
+                        return error_response(ErrorCode.NETWORK_EXCEPTION)
                     self.connection = await BrokerConnection.open(
-                        self.broker.host,
-                        self.broker.port,
+                        endpoint.host,
+                        endpoint.port,
                         client_id=f"controller-{self.controller_id}",
                         timeout=self.request_timeout_s,
                     )
@@ -147,8 +158,10 @@ class ControllerChannelManager:
         rng: random.Random,
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
+        listener_name: str = PLAINTEXT,
     ) -> None:
         self.controller_id = controller_id
+        self.listener_name = listener_name
         self.request_timeout_s = request_timeout_s
         self.rng = rng
         self.backoff_initial_s = backoff_initial_s
@@ -173,6 +186,7 @@ class ControllerChannelManager:
             self.rng,
             self.backoff_initial_s,
             self.backoff_max_s,
+            self.listener_name,
         )
 
     def remove_broker(self, broker_id: int) -> None:
@@ -220,9 +234,12 @@ class ControllerBrokerRequestBatch:
         context: ControllerContext,
         send: Callable[[int, ApiKey, dict, ResponseCallback | None], object],
         leader_and_isr_callback: LeaderAndIsrCallback | None = None,
+        listener_name: str = PLAINTEXT,
     ) -> None:
         self.controller_id = controller_id
         self.context = context
+        #: The controller's inter-broker listener: the host/port of each broker entry (KIP-103).
+        self.listener_name = listener_name
         self._send = send
         self._leader_and_isr_callback = leader_and_isr_callback or (
             lambda b, r, _req: log_response_errors(b, r)
@@ -351,7 +368,9 @@ class ControllerBrokerRequestBatch:
                 for tp, e in sorted(entries.items())
             ],
             "live_leaders": [
-                b.endpoint() for b_id, b in sorted(self.context.live_brokers.items()) if b_id in leader_ids
+                b.wire(self.listener_name)
+                for b_id, b in sorted(self.context.live_brokers.items())
+                if b_id in leader_ids
             ],
         }
 
@@ -369,7 +388,9 @@ class ControllerBrokerRequestBatch:
             "controller_id": self.controller_id,
             "controller_epoch": controller_epoch,
             "partition_states": states,
-            "live_brokers": [b.endpoint() for _, b in sorted(self.context.live_brokers.items())],
+            "live_brokers": [
+                b.wire(self.listener_name) for _, b in sorted(self.context.live_brokers.items())
+            ],
         }
 
 

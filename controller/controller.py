@@ -109,7 +109,11 @@ class KafkaController:
         self.record = StateChangeRecorder(broker_id, self.context, time_ms, state_change_log)
         self.channel: ControllerChannelManager | None = None
         self.batch = ControllerBrokerRequestBatch(
-            broker_id, self.context, self._send, leader_and_isr_callback=self._on_leader_and_isr_response
+            broker_id,
+            self.context,
+            self._send,
+            leader_and_isr_callback=self._on_leader_and_isr_response,
+            listener_name=config.inter_broker_listener_name,
         )
         self.partition_state_machine = PartitionStateMachine(
             self.context, zk, self.batch, self.record, config.unclean_leader_election_enable

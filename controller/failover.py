@@ -58,7 +58,10 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
     # 4-7. /brokers/topics, /admin/delete_topics, /brokers/ids watches, while reading the context
     await initialize_context(ctl)
     ctl.channel = ControllerChannelManager(
-        ctl.broker_id, ctl.config.controller_socket_timeout_ms / 1000.0, ctl.rng
+        ctl.broker_id,
+        ctl.config.controller_socket_timeout_ms / 1000.0,
+        ctl.rng,
+        listener_name=ctl.config.inter_broker_listener_name,
     )
     for broker in ctl.context.live_brokers.values():
         ctl.channel.add_broker(broker)

@@ -35,6 +35,9 @@ class ControllerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     delete_topic_enable: bool = True
     controller_socket_timeout_ms: int = 30000
+    #: KIP-103: the listener of each broker the controller connects to, and announces in
+    #: LeaderAndIsr / UpdateMetadata host and port (Kafka's interBrokerListenerName).
+    inter_broker_listener_name: str = "PLAINTEXT"
 
 
 class ControllerParts(Protocol):

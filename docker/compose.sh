@@ -1,15 +1,18 @@
 #!/bin/sh
 # `make compose-up` / `make compose-down`: the whole compose cluster for a person, idempotent.
-#   docker/compose.sh up     engine (docker/engine.sh), images (docker/images.sh), /etc/hosts names
-#                            (docker/hosts.sh), `docker-compose up -d`, then wait until every broker's
-#                            healthcheck passes; ends with "bootstrap servers: ..." for the host's CLI
-#   docker/compose.sh down   `docker-compose down -v` (containers, network, volumes), the /etc/hosts
-#                            line, and the engine if docker/engine.sh started it
+#   docker/compose.sh up     engine (docker/engine.sh), images (docker/images.sh), `docker-compose up -d`,
+#                            then wait until every broker's healthcheck passes; ends with
+#                            "bootstrap servers: ..." for the host's CLI: the brokers' EXTERNAL
+#                            listeners, published on the host (docker-compose.yml; nothing is
+#                            added to /etc/hosts)
+#   docker/compose.sh down   `docker-compose down -v` (containers, network, volumes), and the engine
+#                            if docker/engine.sh started it
 # FLOODMARK_COMPOSE_TIMEOUT (default 180) bounds the wait for healthy brokers, in seconds.
 set -eu
 cd "$(dirname "$0")/.."
 export COMPOSE_PROJECT_NAME=floodmark
-BOOTSTRAP=broker1:9092,broker2:9093,broker3:9094
+EXTERNAL_HOST=${FLOODMARK_EXTERNAL_HOST:-127.0.0.1}
+BOOTSTRAP=$EXTERNAL_HOST:9092,$EXTERNAL_HOST:9093,$EXTERNAL_HOST:9094
 BROKERS="floodmark-broker-1 floodmark-broker-2 floodmark-broker-3"
 STATE=${FLOODMARK_DOCKER_STATE:-/var/lib/floodmark-docker}
 
@@ -29,7 +32,6 @@ up() {
   t0=$(now)
   docker/engine.sh start || die "the container engine did not start (above)"
   t=$(now); docker/images.sh || die "the images did not build (above)"; say "images ready in $(since "$t")"
-  docker/hosts.sh add
   t=$(now)
   compose up -d --no-build zookeeper broker1 broker2 broker3 || die "docker-compose up failed (above)"
   deadline=$(($(date +%s) + ${FLOODMARK_COMPOSE_TIMEOUT:-180}))
@@ -66,7 +68,6 @@ down() {
   if docker/engine.sh status >/dev/null 2>&1; then
     compose down --volumes --remove-orphans --timeout 60 || die "docker-compose down failed (above)"
   fi
-  docker/hosts.sh remove
   docker/engine.sh stop
 }
 

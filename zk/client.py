@@ -21,6 +21,7 @@ from zk.bridge import CheckOp, DeleteOp, ZkBridge, ZkOp
 from zk.data import (
     PRODUCER_ID_BLOCK_SIZE,
     BrokerInfo,
+    EndPoint,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     ProducerIdBlock,
@@ -137,13 +138,12 @@ async def get_controller_id(zk: ZkBridge) -> int:
 async def register_broker(
     zk: ZkBridge,
     broker_id: int,
-    host: str,
-    port: int,
+    endpoints: Sequence[EndPoint],
     time_ms: int,
-    listener: str = "PLAINTEXT",
     timeout: float | None = None,
 ) -> int:
-    """Create the ephemeral /brokers/ids/<id> and return its czxid (the broker epoch).
+    """Create the ephemeral /brokers/ids/<id> holding every advertised ``endpoints`` (KIP-103)
+    and return its czxid (the broker epoch).
 
     If the znode exists and belongs to this session, that is success. If it belongs to an older
     session of the same broker (a quick restart), wait for ZooKeeper to expire that session, at
@@ -151,7 +151,7 @@ async def register_broker(
     id is still there after that and the NodeExistsError is raised.
     """
     path = broker_id_path(broker_id)
-    data = encode_broker_registration(host, port, time_ms, listener)
+    data = encode_broker_registration(endpoints, time_ms)
     await zk.ensure_path(BROKER_IDS_PATH)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout if timeout is not None else 1.5 * zk.session_timeout_ms / 1000.0)

@@ -24,20 +24,91 @@ LEADER_DURING_DELETE = -2
 INITIAL_CONTROLLER_EPOCH = 0
 
 
+#: The protocol every listener speaks: floodmark has no TLS or SASL (docs/operations.md).
+PLAINTEXT = "PLAINTEXT"
+#: Kafka's SecurityProtocol names: a listener named after one needs no map entry.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    """One advertised listener of a broker (Kafka's ``EndPoint``, KIP-103): its name, address and
+    security protocol."""
+
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: str = PLAINTEXT
+
+    def connection_string(self) -> str:
+        """``NAME://host:port``, as in the ``endpoints`` of /brokers/ids/<id>."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+    def wire(self) -> dict:
+        """The wire shape of an UpdateMetadata / LeaderAndIsr endpoint (client/protocol/api.py)."""
+        return {
+            "listener_name": self.listener_name,
+            "host": self.host,
+            "port": self.port,
+            "security_protocol": self.security_protocol,
+        }
+
+    @classmethod
+    def from_wire(cls, obj: dict) -> EndPoint:
+        return cls(obj["listener_name"], obj["host"], obj["port"], obj.get("security_protocol") or PLAINTEXT)
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     """A live broker as its /brokers/ids/<id> znode describes it. ``epoch`` is the znode's czxid
-    (Kafka's broker epoch): a broker that re-registers gets a new one."""
+    (Kafka's broker epoch): a broker that re-registers gets a new one.
+
+    ``endpoints`` are every advertised listener (KIP-103); a caller picks the one it needs by
+    listener name with :meth:`endpoint_for` (the controller and the fetchers: the inter-broker
+    listener; Metadata: the listener the request came in on). ``host`` and ``port`` are the
+    legacy fields of the znode: the PLAINTEXT listener's address, or None / -1 when the broker
+    has none. Built with only ``host`` and ``port``, a broker has one PLAINTEXT endpoint there."""
 
     id: int
-    host: str
+    host: str | None
     port: int
     rack: str | None = None
     epoch: int = -1
+    endpoints: tuple[EndPoint, ...] = ()
 
-    def endpoint(self) -> dict:
-        """The wire shape of live_leaders / live_brokers entries (client/protocol/api.py)."""
-        return {"id": self.id, "host": self.host, "port": self.port, "rack": self.rack}
+    def __post_init__(self) -> None:
+        if not self.endpoints and self.host and self.port >= 0:
+            object.__setattr__(self, "endpoints", (EndPoint(PLAINTEXT, self.host, self.port),))
+
+    def endpoint_for(self, listener_name: str) -> EndPoint | None:
+        """The endpoint on ``listener_name``, or None when the broker has no such listener."""
+        return next((e for e in self.endpoints if e.listener_name == listener_name), None)
+
+    def wire(self, listener_name: str) -> dict:
+        """The wire shape of live_leaders / live_brokers entries (client/protocol/api.py): ``host``
+        and ``port`` on ``listener_name`` (the sender's inter-broker listener; "" and -1 when the
+        broker lacks it), every endpoint in ``endpoints``."""
+        own = self.endpoint_for(listener_name)
+        return {
+            "id": self.id,
+            "host": own.host if own else "",
+            "port": own.port if own else -1,
+            "rack": self.rack,
+            "endpoints": [e.wire() for e in self.endpoints],
+        }
+
+    @classmethod
+    def from_wire(cls, obj: dict) -> BrokerInfo:
+        """Decode a live_brokers / live_leaders entry; a sender older than KIP-103 sends no
+        ``endpoints``, and its ``host``/``port`` are then the one PLAINTEXT endpoint."""
+        endpoints = tuple(EndPoint.from_wire(e) for e in obj.get("endpoints") or ())
+        plaintext = next((e for e in endpoints if e.listener_name == PLAINTEXT), None)
+        if endpoints:
+            host, port = (plaintext.host, plaintext.port) if plaintext else (None, -1)
+        else:
+            host, port = obj["host"], obj["port"]
+        return cls(obj["id"], host, port, obj.get("rack"), endpoints=endpoints)
 
 
 @dataclass(frozen=True)
@@ -85,29 +156,53 @@ def _loads(data: bytes) -> Any:
     return json.loads(data.decode())
 
 
-def encode_broker_registration(host: str, port: int, timestamp_ms: int, listener: str = "PLAINTEXT") -> bytes:
-    return _dumps(
+def encode_broker_registration(
+    endpoints: Sequence[EndPoint], timestamp_ms: int, rack: str | None = None
+) -> bytes:
+    """Kafka's BrokerIdZNode v4: every advertised endpoint, the listener -> security protocol map,
+    and the legacy ``host``/``port`` of the PLAINTEXT listener (null / -1 when there is none)."""
+    plaintext = next((e for e in endpoints if e.listener_name == PLAINTEXT), None)
+    obj: dict[str, Any] = {
+        "listener_security_protocol_map": {e.listener_name: e.security_protocol for e in endpoints},
+        "endpoints": [e.connection_string() for e in endpoints],
+    }
+    if rack is not None:
+        obj["rack"] = rack
+    obj.update(
         {
-            "version": 1,
-            "host": host,
-            "port": port,
-            "timestamp": str(timestamp_ms),
-            "endpoints": [f"{listener}://{host}:{port}"],
             "jmx_port": -1,
+            "host": plaintext.host if plaintext else None,
+            "timestamp": str(timestamp_ms),
+            "port": plaintext.port if plaintext else -1,
+            "version": 4,
         }
     )
+    return _dumps(obj)
+
+
+def parse_endpoint(text: str, protocol_map: dict[str, str] | None = None) -> EndPoint:
+    """``NAME://host:port`` (an IPv6 host in brackets) as an EndPoint."""
+    name, sep, hostport = text.partition("://")
+    host, colon, port = hostport.rpartition(":")
+    if not sep or not colon or not port.isdigit():
+        raise ValueError(f"bad endpoint {text!r}: expected NAME://host:port")
+    protocol = (protocol_map or {}).get(name, name if name in SECURITY_PROTOCOLS else PLAINTEXT)
+    return EndPoint(name, host.removeprefix("[").removesuffix("]"), int(port), protocol)
 
 
 def decode_broker_registration(data: bytes, broker_id: int = -1, epoch: int = -1) -> BrokerInfo:
-    """The id is the znode's name, not part of its JSON: pass it (and the czxid as ``epoch``)."""
+    """The id is the znode's name, not part of its JSON: pass it (and the czxid as ``epoch``).
+    Reads every version: v1 (host/port and one PLAINTEXT endpoint) to v4 (named listeners)."""
     obj = _loads(data)
+    protocol_map = obj.get("listener_security_protocol_map") or {}
+    endpoints = tuple(parse_endpoint(e, protocol_map) for e in obj.get("endpoints") or ())
     host, port = obj.get("host"), obj.get("port")
-    if (not host or port in (None, -1)) and obj.get("endpoints"):
-        # Kafka's later versions leave host/port empty and advertise endpoints only.
-        hostport = obj["endpoints"][0].split("://", 1)[1]
-        host, _, port_text = hostport.rpartition(":")
-        port = int(port_text)
-    return BrokerInfo(id=broker_id, host=host, port=int(port), rack=obj.get("rack"), epoch=epoch)
+    if not host or port in (None, -1):
+        plaintext = next((e for e in endpoints if e.listener_name == PLAINTEXT), None)
+        host, port = (plaintext.host, plaintext.port) if plaintext else (None, -1)
+    return BrokerInfo(
+        id=broker_id, host=host, port=int(port), rack=obj.get("rack"), epoch=epoch, endpoints=endpoints
+    )
 
 
 def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:

@@ -7,10 +7,11 @@ Acceptor -> Processors -> RequestChannel -> request handlers -> the injected API
 from broker.network.handlers import ApiHandler, RequestHandlerPool
 from broker.network.metrics import NetworkMetrics
 from broker.network.request_channel import Request, RequestChannel, Response
-from broker.network.socket_server import NetworkConfig, SocketServer
+from broker.network.socket_server import Listener, NetworkConfig, SocketServer
 
 __all__ = [
     "ApiHandler",
+    "Listener",
     "NetworkConfig",
     "NetworkMetrics",
     "Request",

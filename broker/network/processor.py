@@ -45,10 +45,13 @@ LOGGED_REJECTS_PER_CONNECTION = 3
 class Connection(asyncio.Protocol):
     """One client socket, owned by one :class:`Processor`."""
 
-    def __init__(self, processor: Processor, quotas: ConnectionQuotas, index: int) -> None:
+    def __init__(
+        self, processor: Processor, quotas: ConnectionQuotas, index: int, listener_name: str = "PLAINTEXT"
+    ) -> None:
         self.processor = processor
         self.quotas = quotas
         self.index = index
+        self.listener_name = listener_name
         self.connection_id = f"?-?-{index}"
         self.client_address = "?"
         self.transport: asyncio.Transport | None = None
@@ -170,6 +173,7 @@ class Connection(asyncio.Protocol):
             client_address=self.client_address,
             processor_id=self.processor.id,
             received_ms=time.monotonic() * 1000,
+            listener_name=self.listener_name,
             _channel=self.processor.channel,
         )
         self.in_flight = request
@@ -296,9 +300,11 @@ class Processor:
     def connection_count(self) -> int:
         return len(self.connections)
 
-    def new_connection(self, quotas: ConnectionQuotas, index: int) -> Connection:
-        """The protocol for a socket the acceptor just accepted."""
-        return Connection(self, quotas, index)
+    def new_connection(
+        self, quotas: ConnectionQuotas, index: int, listener_name: str = "PLAINTEXT"
+    ) -> Connection:
+        """The protocol for a socket the acceptor of ``listener_name`` just accepted."""
+        return Connection(self, quotas, index, listener_name)
 
     def register(self, connection: Connection) -> None:
         self.connections[connection.connection_id] = connection

@@ -50,6 +50,8 @@ class Request:
     client_address: str
     processor_id: int
     received_ms: float
+    #: The listener (KIP-103) whose acceptor took the connection: Metadata answers with it.
+    listener_name: str = "PLAINTEXT"
     _channel: RequestChannel | None = field(default=None, repr=False)
     _responded: bool = field(default=False, init=False, repr=False)
 

@@ -1,5 +1,5 @@
 """The broker's network layer, wired (Kafka's ``SocketServer``; docs/design.md "Broker"): one
-Acceptor, ``num.network.threads`` Processors, a RequestChannel and ``num.io.threads`` request
+Acceptor per listener (KIP-103), ``num.network.threads`` Processors shared by them, a RequestChannel and ``num.io.threads`` request
 handlers feeding an injected API handler. It knows nothing of logs, partitions or ZooKeeper.
 
 Why tasks on one loop, not threads: in CPython the GIL lets only one thread run Python code, and
@@ -12,8 +12,10 @@ the broker's uvloop loop give all four. Blocking disk work belongs in an executo
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.network.acceptor import Acceptor
 from broker.network.handlers import ApiHandler, RequestHandlerPool
@@ -26,13 +28,21 @@ from broker.network.request_channel import RequestChannel
 log = logging.getLogger(__name__)
 
 
+class Listener(NamedTuple):
+    """One address to bind (a ``listeners`` entry): its name, host ("" = every interface) and port
+    (0 = an ephemeral port; SocketServer.bound_ports holds the bound one)."""
+
+    name: str
+    host: str
+    port: int
+
+
 @dataclass(frozen=True)
 class NetworkConfig:
-    """The network settings of docs/operations.md "Broker configuration" (``num.network.threads`` and
-    friends)."""
+    """The network settings of docs/operations.md "Broker configuration" (``listeners``,
+    ``num.network.threads`` and friends)."""
 
-    host: str = "127.0.0.1"
-    port: int = 9092  # 0 = an ephemeral port; SocketServer.port holds the bound one
+    listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     num_network_threads: int = 3
     num_io_threads: int = 8
     queued_max_requests: int = 500
@@ -55,15 +65,23 @@ class SocketServer:
         ):
             if getattr(config, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if not config.listeners:
+            raise ValueError("a socket server needs at least one listener")
         self.config = config
         self.api_handler = api_handler
         self.metrics = metrics
-        self.port = config.port
+        #: Listener name -> bound port, once started (Kafka's SocketServer.boundPort).
+        self.bound_ports: dict[str, int] = {lst.name: lst.port for lst in config.listeners}
         self.channel: RequestChannel | None = None
         self.processors: list[Processor] = []
         self._handlers: RequestHandlerPool | None = None
-        self._acceptor: Acceptor | None = None
+        self._acceptors: list[Acceptor] = []
         self._quotas = ConnectionQuotas(config.max_connections)
+
+    @property
+    def port(self) -> int:
+        """The first listener's bound port."""
+        return self.bound_ports[self.config.listeners[0].name]
 
     @property
     def connection_count(self) -> int:
@@ -74,7 +92,7 @@ class SocketServer:
         return self.channel.request_queue_size if self.channel is not None else 0
 
     async def start(self) -> None:
-        if self._acceptor is not None:
+        if self._acceptors:
             raise RuntimeError("the socket server is already started")
         config = self.config
         self.channel = RequestChannel(config.queued_max_requests, config.num_network_threads)
@@ -95,17 +113,24 @@ class SocketServer:
             self.channel, self.api_handler, config.num_io_threads, self.metrics
         )
         self._handlers.start()
-        self._acceptor = Acceptor(config.host, config.port, self.processors, self._quotas)
+        indexes = itertools.count()  # connection indexes unique across the acceptors
+        self._acceptors = [
+            Acceptor(
+                lst.host, lst.port, self.processors, self._quotas, listener_name=lst.name, indexes=indexes
+            )
+            for lst in config.listeners
+        ]
         try:
-            self.port = await self._acceptor.start()
+            for acceptor in self._acceptors:
+                self.bound_ports[acceptor.listener_name] = await acceptor.start()
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, stop the tasks. Safe to call twice."""
-        if self._acceptor is not None:
-            self._acceptor.stop_accepting()
+        for acceptor in self._acceptors:
+            acceptor.stop_accepting()
         for processor in self.processors:
             await processor.stop()
         if self._handlers is not None:
@@ -113,7 +138,7 @@ class SocketServer:
             self._handlers = None
         if self.channel is not None:
             self.channel.close()
-        if self._acceptor is not None:
-            await self._acceptor.wait_closed()
-            self._acceptor = None
+        for acceptor in self._acceptors:
+            await acceptor.wait_closed()
+        self._acceptors = []
         self.processors = []

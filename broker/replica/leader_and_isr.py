@@ -160,7 +160,8 @@ class LeaderAndIsrHandler:
                     for s in body["partition_states"]
                 ],
             }
-        leaders = {b["id"]: b for b in body["live_leaders"]}
+        listener = self.rm.config.inter_broker_listener_name
+        leaders = {b["id"]: inter_broker_endpoint(b, listener) for b in body["live_leaders"]}
         results = []
         to_lead: list[tuple[Partition, PartitionState]] = []
         to_follow: list[tuple[Partition, PartitionState]] = []
@@ -362,3 +363,24 @@ class LeaderAndIsrHandler:
             )
             results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
         return {"error_code": ErrorCode.NONE, "partitions": results}
+
+
+def inter_broker_endpoint(leader: dict, listener_name: str) -> dict:
+    """A live_leaders entry with ``host``/``port`` on this broker's inter-broker listener (KIP-103:
+    Kafka's follower connects to ``leader.brokerEndPoint(interBrokerListenerName)``). The entry's
+    own host/port are on the controller's inter-broker listener: kept when the leader advertises no
+    ``endpoints`` (an older controller) or lacks the listener (then logged)."""
+    endpoints = leader.get("endpoints")
+    if not endpoints:
+        return leader
+    for endpoint in endpoints:
+        if endpoint["listener_name"] == listener_name:
+            return {**leader, "host": endpoint["host"], "port": endpoint["port"]}
+    log.error(
+        "leader %d has no endpoint on the inter-broker listener %s; fetching from %s:%s",
+        leader["id"],
+        listener_name,
+        leader["host"],
+        leader["port"],
+    )
+    return leader

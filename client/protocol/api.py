@@ -140,7 +140,21 @@ def validate(spec: Any, value: Any, path: str = "body") -> Any:
 
 TOPIC_PARTITION = {"topic": "str", "partition": "int"}
 PARTITION_ERROR = {"topic": "str", "partition": "int", "error_code": "int"}
-BROKER_ENDPOINT = {"id": "int", "host": "str", "port": "int", "rack": Opt(Nullable("str"))}
+#: A broker in LeaderAndIsr / UpdateMetadata: ``host``/``port`` on the controller's inter-broker
+#: listener, ``endpoints`` every advertised listener (KIP-103; absent from older senders).
+LISTENER_ENDPOINT = {
+    "listener_name": "str",
+    "host": "str",
+    "port": "int",
+    "security_protocol": Opt("str", "PLAINTEXT"),
+}
+BROKER_ENDPOINT = {
+    "id": "int",
+    "host": "str",
+    "port": "int",
+    "rack": Opt(Nullable("str")),
+    "endpoints": Opt(Nullable(Array(LISTENER_ENDPOINT))),
+}
 PARTITION_STATE = {
     "topic": "str",
     "partition": "int",

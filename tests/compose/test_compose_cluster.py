@@ -23,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("FLOODMARK_DOCKER_STATE", "/var/lib/floodmark-docker"))
-BOOTSTRAP = "broker1:9092,broker2:9093,broker3:9094"
+#: The brokers' EXTERNAL listeners, published on the host (docker-compose.yml): no name to resolve.
+BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
 BROKERS = ["floodmark-broker-1", "floodmark-broker-2", "floodmark-broker-3"]
 CLI = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main"]
 ENV = {**os.environ, "FLOODMARK_BOOTSTRAP": BOOTSTRAP, "COMPOSE_PROJECT_NAME": "floodmark"}
@@ -85,6 +86,7 @@ def forward_policy() -> str:
 
 
 FORWARD_BEFORE = forward_policy()
+HOSTS_BEFORE = Path("/etc/hosts").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -236,5 +238,5 @@ def test_down_leaves_no_container_network_volume_or_engine_behind(cluster):
             == ""
         )
         assert "floodmark_" not in run(["docker", "volume", "ls", "-q"]).stdout
-    assert "floodmark compose" not in Path("/etc/hosts").read_text()
+    assert Path("/etc/hosts").read_text() == HOSTS_BEFORE  # named listeners: /etc/hosts is never touched
     assert forward_policy() == FORWARD_BEFORE  # dockerd ran with --iptables=false: untouched

@@ -65,9 +65,18 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
         assert state["version"] == 1 and state["controller_epoch"] >= 1
     for broker_id in (1, 2, 3):
         reg = json.loads(zk.get(f"/brokers/ids/{broker_id}")[0])
-        assert set(reg) == {"version", "host", "port", "timestamp", "endpoints", "jmx_port"}
+        assert set(reg) == {
+            "version",
+            "host",
+            "port",
+            "timestamp",
+            "endpoints",
+            "jmx_port",
+            "listener_security_protocol_map",
+        }
         assert reg["host"] == "127.0.0.1" and reg["jmx_port"] == -1 and isinstance(reg["timestamp"], str)
-        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{reg['port']}"]
+        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{reg['port']}"] and reg["version"] == 4
+        assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
         assert zk.get(f"/brokers/ids/{broker_id}")[1].ephemeralOwner != 0
     controller = json.loads(zk.get("/controller")[0])
     assert set(controller) == {"version", "brokerid", "timestamp"} and controller["brokerid"] in (1, 2, 3)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from broker.network import NetworkConfig, Request, SocketServer
+from broker.network import Listener, NetworkConfig, Request, SocketServer
 from client.connection import BrokerConnection
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
@@ -35,7 +35,9 @@ async def answer_metadata(request: Request) -> None:
 
 @contextlib.asynccontextmanager
 async def serving(handler, metrics=None, **settings: Any) -> AsyncIterator[SocketServer]:
-    server = SocketServer(NetworkConfig(host=HOST, port=0, **settings), handler, metrics)
+    server = SocketServer(
+        NetworkConfig(listeners=(Listener("PLAINTEXT", HOST, 0),), **settings), handler, metrics
+    )
     await server.start()
     try:
         yield server
@@ -434,7 +436,7 @@ async def test_metrics_sink_sees_requests_bytes_and_errors():
 
 
 async def test_stop_closes_every_connection():
-    server = SocketServer(NetworkConfig(host=HOST, port=0), answer_metadata)
+    server = SocketServer(NetworkConfig(listeners=(Listener("PLAINTEXT", HOST, 0),)), answer_metadata)
     await server.start()
     raws = [await RawClient.open(server.port) for _ in range(5)]
     await eventually(lambda: server.connection_count == 5)

@@ -26,7 +26,13 @@ from controller.controller_election import read_controller_epoch
 from controller.event_manager import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
 from tests.bridge_faults import FailingZk
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
-from zk.data import decode_controller, decode_controller_epoch, encode_controller, encode_controller_epoch
+from zk.data import (
+    EndPoint,
+    decode_controller,
+    decode_controller_epoch,
+    encode_controller,
+    encode_controller_epoch,
+)
 from zk.paths import CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, broker_id_path
 
 BROKER = 1
@@ -244,4 +250,4 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
 async def zk_register_as(bridge: ZkBridge) -> None:
     from zk.client import register_broker
 
-    await register_broker(bridge, BROKER, "127.0.0.1", 19092, 1_000)
+    await register_broker(bridge, BROKER, [EndPoint("PLAINTEXT", "127.0.0.1", 19092)], 1_000)

@@ -53,6 +53,23 @@ def test_compose_validates_and_has_zookeeper_three_brokers_and_a_client_profile(
     assert {f"broker{i}-data" for i in (1, 2, 3)} <= set(config["volumes"])
 
 
+def _ports(svc: dict) -> list[dict]:
+    """docker-compose config's long port syntax, or "published:target" strings."""
+    out = []
+    for port in svc.get("ports", []):
+        if isinstance(port, dict):
+            out.append(port)
+        else:
+            published, _, target = str(port).rpartition(":")
+            out.append({"published": published, "target": target})
+    return out
+
+
+def test_the_client_profile_bootstraps_from_the_internal_listeners():
+    env = compose_config()["services"]["client"]["environment"]
+    assert env["FLOODMARK_BOOTSTRAP"] == "broker1:19092,broker2:19092,broker3:19092"
+
+
 def _volumes(svc: dict) -> list[dict]:
     return [v if isinstance(v, dict) else {"target": v.split(":")[1]} for v in svc.get("volumes", [])]
 
@@ -76,8 +93,21 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     assert config["zookeeper.connect"] == "zookeeper:2181"
     assert config["min.insync.replicas"] == 2 and config["default.replication.factor"] == 3
     assert config["unclean.leader.election.enable"] is False
-    assert config.advertised_host == service
-    assert config.advertised_port == config.listener_port == int(svc["environment"]["FLOODMARK_PORT"])
+    # KIP-103: INTERNAL on the compose network (advertised as the service name, used between
+    # brokers), EXTERNAL for the host (advertised as 127.0.0.1 by default, its port published)
+    bound = {e.listener_name: e for e in config.listeners}
+    advertised = {e.listener_name: e for e in config.advertised_listeners}
+    assert sorted(bound) == sorted(advertised) == ["EXTERNAL", "INTERNAL"]
+    assert (bound["INTERNAL"].host, bound["INTERNAL"].port) == ("0.0.0.0", 19092)
+    assert (advertised["INTERNAL"].host, advertised["INTERNAL"].port) == (service, 19092)
+    external_port = 9091 + int(service[-1])
+    assert (bound["EXTERNAL"].host, bound["EXTERNAL"].port) == ("0.0.0.0", external_port)
+    assert (advertised["EXTERNAL"].host, advertised["EXTERNAL"].port) == ("127.0.0.1", external_port)
+    assert config.inter_broker_listener_name == "INTERNAL"
+    published = {(int(p["published"]), int(p["target"])) for p in _ports(svc)}
+    assert (external_port, external_port) in published
+    assert 19092 not in {target for _, target in published}, "INTERNAL stays on the compose network"
+    assert (config["metrics.port"], config["metrics.port"]) in published
     rendered = {line.split("=", 1)[0] for line in keep.read_text().splitlines() if "=" in line}
     passed = {
         k.removeprefix("FLOODMARK_CONF_").lower().replace("_", ".")

@@ -11,7 +11,7 @@ def test_defaults_are_kafkas():
     assert cfg["unclean.leader.election.enable"] is False
     assert cfg["log.index.interval.bytes"] == 4096
     assert cfg["replica.truncation.policy"] == "leader-epoch"
-    assert (cfg.listener_host, cfg.listener_port) == ("127.0.0.1", 9092)
+    assert [e.connection_string() for e in cfg.listeners] == ["PLAINTEXT://127.0.0.1:9092"]
 
 
 def test_unknown_key_named():

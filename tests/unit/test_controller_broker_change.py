@@ -19,6 +19,7 @@ from tests.unit.test_controller_zk_faults import (
 )
 from zk.bridge import ZkBridge
 from zk.client import get_partition_state, register_broker
+from zk.data import EndPoint
 from zk.paths import BROKER_IDS_PATH, broker_id_path, partition_state_path
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
@@ -55,7 +56,7 @@ async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(zk: ZkBridg
 
         async def broker_2_restarts() -> None:  # before the controller reads /brokers/ids
             await zk.delete(broker_id_path(2))
-            await register_broker(second_session, 2, "127.0.0.1", 2, 0)
+            await register_broker(second_session, 2, [EndPoint("PLAINTEXT", "127.0.0.1", 2)], 0)
 
         failing.before("get_children", broker_2_restarts, path=BROKER_IDS_PATH)
         recorded.sent.clear()

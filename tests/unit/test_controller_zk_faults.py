@@ -28,6 +28,7 @@ from zk.bridge import ZkBridge
 from zk.client import ControllerMovedError, get_partition_state, propagate_isr_change, register_broker
 from zk.data import (
     BrokerInfo,
+    EndPoint,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PartitionReplica,
@@ -158,7 +159,7 @@ async def start_controller_with(
     """``brokers`` live, broker 1 the controller; topic t with ``partitions``' replicas, each led
     by its first replica with every replica in the ISR."""
     for broker_id in brokers:
-        await register_broker(bridge, broker_id, "127.0.0.1", broker_id, 0)
+        await register_broker(bridge, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
     await bridge.create(
         topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
     )
@@ -288,7 +289,7 @@ async def test_stop_replica_delete_without_a_good_answer_makes_replicas_ineligib
     monkeypatch.setattr(FakeBrokerConnection, "fault", staticmethod(fault))
     monkeypatch.setattr(FakeBrokerConnection, "requests", [])
     monkeypatch.setattr(channel_module, "BrokerConnection", FakeBrokerConnection)
-    await register_broker(zk, 1, "127.0.0.1", 1, 0)
+    await register_broker(zk, 1, [EndPoint("PLAINTEXT", "127.0.0.1", 1)], 0)
     await zk.create(topic_path("t"), encode_topic_assignment({0: [1]}))
     await write_state(zk, TP, 1, [1], create=True)
     controller = KafkaController(
@@ -322,7 +323,7 @@ async def test_stop_replica_delete_without_a_good_answer_makes_replicas_ineligib
         )
         await zk.delete(broker_id_path(1))
         assert await eventually(lambda: 1 not in controller.context.live_brokers)
-        await register_broker(zk, 1, "127.0.0.1", 1, 0)
+        await register_broker(zk, 1, [EndPoint("PLAINTEXT", "127.0.0.1", 1)], 0)
         assert await eventually(lambda: _gone(zk, topic_path("t"))), controller.replica_state_machine.state(
             replica
         )

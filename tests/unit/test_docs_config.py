@@ -40,8 +40,10 @@ REGENERATE = ".venv/bin/python tests/unit/test_docs_config.py --write"
 #: falls back to the Prop's ``doc``; the test insists that every row has a meaning.
 MEANINGS: dict[str, str] = {
     "broker.id": "This broker's id: unique in the cluster, the name of its `/brokers/ids/<id>` znode. Required.",
-    "listeners": "Where the broker listens: `PLAINTEXT://host:port` (the first entry is used).",
-    "advertised.listeners": "The address published in `/brokers/ids/<id>` and in Metadata for clients and other brokers; empty means `listeners` (a `0.0.0.0` host is advertised as 127.0.0.1).",
+    "listeners": "Where the broker listens (KIP-103): comma-separated `NAME://host:port`, one acceptor each, e.g. `INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092`. Names and ports must be unique (port 0, an ephemeral port, may repeat); an empty host binds every interface. Each name must be mapped in `listener.security.protocol.map`.",
+    "advertised.listeners": "The `NAME://host:port` list registered in `/brokers/ids/<id>`: clients get, in Metadata, each broker's address on the listener they connected to; other brokers and the controller use `inter.broker.listener.name`'s. Empty means `listeners`. Every name must be a listener's; `0.0.0.0` is refused (as Kafka: advertise a routable address); port 0 is advertised as the port bound for that listener, an empty host as this machine's fully qualified name.",
+    "listener.security.protocol.map": "`NAME:PROTOCOL` pairs: each listener's security protocol (Kafka's default maps each protocol name to itself). Only PLAINTEXT is implemented: a listener mapped to SSL, SASL_PLAINTEXT or SASL_SSL is refused at start-up.",
+    "inter.broker.listener.name": "The listener the brokers use among themselves: the controller's requests to brokers, the replica fetchers, controlled shutdown. Empty means the listener named PLAINTEXT; it must be set when no listener has that name, and be one of `advertised.listeners`.",
     "log.dirs": "Comma-separated directories holding the partition directories and the checkpoint files.",
     "zookeeper.connect": "ZooKeeper connect string `host:port[,host:port...][/chroot]`. Required.",
     "zookeeper.session.timeout.ms": "ZooKeeper session timeout. A crashed broker's `/brokers/ids/<id>` (and `/controller`) disappears only when its session expires, so this bounds failure detection (ZooKeeper rounds it to its tick: 2 to 20 ticks).",

@@ -15,7 +15,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from tests.unit.kazoo_faults import KazooFaults, expire_session
 from zk.bridge import ZkBridge
 from zk.client import allocate_producer_id_block, register_broker
-from zk.data import decode_producer_id_block
+from zk.data import EndPoint, decode_producer_id_block
 from zk.paths import BROKER_IDS_PATH, PRODUCER_ID_BLOCK_PATH, broker_id_path
 
 
@@ -52,7 +52,7 @@ async def test_a_registration_whose_answer_was_lost_is_ours(zk: ZkBridge) -> Non
     faults = KazooFaults(zk.client)
     faults.fail("create_async", path=broker_id_path(3), after_answer=True)
 
-    epoch = await register_broker(zk, 3, "127.0.0.1", 9093, 0, timeout=1.0)
+    epoch = await register_broker(zk, 3, [EndPoint("PLAINTEXT", "127.0.0.1", 9093)], 0, timeout=1.0)
 
     stat = await zk.exists(broker_id_path(3))
     assert faults.injected and stat is not None
