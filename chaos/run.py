@@ -66,6 +66,7 @@ class ChaosSettings:
     verify: bool = True
     master: str = "local[2]"
     stop_cluster: bool = False
+    ledger_format: str = "parquet"  # ledger/format.py: Parquet chunks, or "jsonl" (the old form)
 
 
 @dataclass
@@ -202,7 +203,7 @@ async def run_chaos(settings: ChaosSettings, say: Say, verifier: Verifier | None
         say(f"  {fault.describe()}")
 
     run_id = f"{settings.seed}-{int(time.time())}-{os.getpid()}"
-    with LedgerWriter(settings.report_dir) as ledger:
+    with LedgerWriter(settings.report_dir, format=settings.ledger_format) as ledger:
         workload = Workload(
             bootstrap,
             WorkloadSettings(settings.topic, run_id, settings.writers, settings.records_per_second),
@@ -264,6 +265,7 @@ async def _progress(
 ) -> None:
     while True:
         await asyncio.sleep(5)
+        workload.ledger.flush()  # chunks are written as entries arrive; this one if they stopped
         s = workload.stats
         down = sorted(injector.down | injector.paused | injector.isolated | set(injector.disks))
         say(

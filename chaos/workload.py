@@ -5,7 +5,8 @@ and a watcher recording every leadership change it observes.
 Each writer is one idempotent producer. Its values are ``<run>/<writer>/<n>``, unique across
 the run, keyed so they spread over every partition. The send rate is bounded (records per
 second and records in flight), so the brokers keep most of this 2-core machine. Every outcome
-goes to the ledger (ledger/format.py: the format chaos writes and the verifier reads).
+goes to the ledger (ledger/format.py: the format chaos writes and the verifier reads; Parquet
+chunks by default, each ``ledger.ack`` a SHA-256 and a row appended in memory).
 """
 
 from __future__ import annotations

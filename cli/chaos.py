@@ -129,6 +129,13 @@ def chaos() -> None:
     "--no-verify", is_flag=True, help="Skip the Spark verification (run it later with `floodmark verify`)."
 )
 @click.option("--stop", "stop_cluster", is_flag=True, help="Stop the local cluster at the end.")
+@click.option(
+    "--ledger-format",
+    type=click.Choice(["parquet", "jsonl"]),
+    default="parquet",
+    show_default=True,
+    help="The ledger's form: Parquet chunks in R/ledger/, or JSON lines in R/ledger.jsonl (the old form).",
+)
 def run_command(
     data_dir: Path,
     report_dir: Path,
@@ -147,6 +154,7 @@ def run_command(
     master: str,
     no_verify: bool,
     stop_cluster: bool,
+    ledger_format: str,
 ) -> None:
     """Write with idempotent acks=all producers while brokers crash, pause, shut down and get cut
     off; heal; then verify with Spark that nothing acknowledged was lost, duplicated or diverged."""
@@ -180,6 +188,7 @@ def run_command(
         verify=not no_verify,
         master=master,
         stop_cluster=stop_cluster,
+        ledger_format=ledger_format,
     )
     result = _run_reporting_runner_errors(settings)
     click.echo(

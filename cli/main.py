@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cli import chaos, cluster, consume, demo, perf, produce, topics, verify
+from cli import chaos, cluster, consume, demo, ledger, perf, produce, topics, verify
 from cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -95,6 +95,7 @@ def build_cli() -> click.Group:
     cli.add_command(perf.perf)
     cli.add_command(chaos.chaos)
     cli.add_command(verify.verify)
+    cli.add_command(ledger.ledger)
     cli.add_command(demo.demo)
     return cli
 

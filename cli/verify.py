@@ -1,7 +1,7 @@
 """``floodmark verify``: run the PySpark verification job over a chaos run's report dir
 (docs/operations.md "Chaos runs and verification").
 
-It reads ``R/ledger.jsonl`` and ``R/events.jsonl``, the committed log of the live cluster
+It reads the ledger (``R/ledger/``, Parquet chunks, or ``R/ledger.jsonl``) and ``R/events.jsonl``, the committed log of the live cluster
 (``--bootstrap-server``, else ``$FLOODMARK_BOOTSTRAP``, else the local cluster's state file) and
 every replica's segment files (``--log-dirs``, else the log dirs the local cluster's state file
 lists), and writes ``R/verification.json``, ``R/summary.md`` and ``R/timeline.png``.
@@ -48,7 +48,7 @@ def local_cluster_log_dirs(cwd: Path | None = None) -> list[str]:
     "--report-dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The chaos run's report dir: holds ledger.jsonl and events.jsonl; the report is written here.",
+    help="The chaos run's report dir: holds the ledger (ledger/ or ledger.jsonl) and events.jsonl; the report is written here.",
 )
 @bootstrap_option
 @click.option(

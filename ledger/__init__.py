@@ -1,4 +1,6 @@
-"""The chaos ledger's format (ledger/format.py): chaos writes it, verify reads it.
+"""The chaos ledger's format (ledger/format.py): chaos writes it, verify reads it. Its two forms:
+Parquet chunks (ledger/columnar.py) and JSON lines (ledger/jsonl.py); what both hold
+(ledger/entries.py); conversion between them (ledger/convert.py).
 
 A leaf: it imports nothing of this project, so the chaos workload and the verification job
 share the format without importing each other (docs/design.md, "The ledger's format").

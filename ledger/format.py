@@ -2,11 +2,16 @@
 (docs/operations.md "Chaos runs and verification").
 
 The workload (producers with acks=all and idempotence, unique values) writes; the verification
-job (:mod:`verify.job`) reads. Both sides digest values with :func:`value_digest`, so the ledger
-never holds value bytes. A report directory ``R`` holds two JSON-lines files, one object per
-line, UTF-8, appended in the order things happened:
+job (:mod:`verify.job`) reads. Both sides digest values (:mod:`ledger.entries`), so the ledger
+never holds value bytes. A report directory ``R`` holds the ledger of produce outcomes in one of
+two forms, and the timeline:
 
-``R/ledger.jsonl`` - one line per produce outcome:
+``R/ledger/`` - the columnar ledger (the default for new runs, :mod:`ledger.columnar`): Parquet
+chunks ``part-NNNNNN.parquet`` renamed into place whole, with ``_OPEN``/``_CLOSED`` markers; one
+row per outcome, the value digest as two int64 columns ``digest_hi``/``digest_lo``.
+
+``R/ledger.jsonl`` - the JSON-lines ledger (the original form, :mod:`ledger.jsonl`), one object
+per line, UTF-8, appended in the order things happened:
 
 * an acknowledged write::
 
@@ -24,7 +29,12 @@ line, UTF-8, appended in the order things happened:
 
   ``partition`` is -1 when the record never got one; ``error`` is Kafka's error name.
 
-``R/events.jsonl`` - the timeline::
+A report dir holds one form or the other (:func:`ledger.entries.ledger_form`; both is an error);
+:func:`read_ledger` and the job read either. ``floodmark ledger convert`` (:mod:`ledger.convert`)
+turns one into the other.
+
+``R/events.jsonl`` - the timeline, JSON lines in either case (a few lines per fault: nothing
+to gain from columns, and a person reads it with ``cat``)::
 
     {"type": "fault" | "heal" | "leader_change", "time_ms": 1718000000000, "detail": {...}}
 
@@ -35,81 +45,132 @@ line, UTF-8, appended in the order things happened:
 Keys are text: bytes are decoded as UTF-8, undecodable bytes as ``\\xNN`` escapes
 (:func:`key_text`), the same rule the data sources apply to keys read from the log.
 
-A torn last line (the workload was killed mid-write) is skipped by the readers here and counted
-as malformed by the job.
+A crash of the workload loses at most the entries not yet written: in a JSON-lines ledger a
+torn last line (skipped by the readers here, counted as malformed by the job); in a columnar
+one the last, unwritten chunk, which the readers report (:meth:`ledger.columnar.ChunkDir.notes`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-LEDGER_FILE = "ledger.jsonl"
-EVENTS_FILE = "events.jsonl"
-DIGEST_HEX_CHARS = 32
-NO_PRODUCER_ID = -1
-NO_SEQUENCE = -1
-EVENT_TYPES = ("fault", "heal", "leader_change")
+from ledger.columnar import (
+    DEFAULT_CHUNK_INTERVAL_S,
+    DEFAULT_CHUNK_RECORDS,
+    ChunkSink,
+    inspect,
+    read_columnar_ledger,
+)
+from ledger.entries import (
+    DIGEST_HEX_CHARS,
+    EVENT_TYPES,
+    EVENTS_FILE,
+    FORMATS,
+    LEDGER_DIR,
+    LEDGER_FILE,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Ack,
+    Event,
+    LedgerFormatError,
+    WriteError,
+    digest_halves,
+    key_text,
+    ledger_form,
+    value_digest,
+    wall_ms,
+)
+from ledger.jsonl import JsonLinesSink, json_lines, read_jsonl_ledger
 
-#: Spark DDL of a ledger line (acks and errors share one file; absent fields read as null).
+__all__ = [
+    "DIGEST_HEX_CHARS",
+    "EVENTS_FILE",
+    "EVENT_TYPES",
+    "FORMATS",
+    "LEDGER_DDL",
+    "LEDGER_DIR",
+    "LEDGER_FILE",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "Ack",
+    "Event",
+    "LedgerFormatError",
+    "LedgerWriter",
+    "WriteError",
+    "key_text",
+    "ledger_form",
+    "ledger_notes",
+    "read_events",
+    "read_ledger",
+    "value_digest",
+    "wall_ms",
+]
+
+#: Spark DDL of a JSON-lines ledger line (acks and errors share one file; absent fields read as null).
 LEDGER_DDL = (
     "type string, topic string, partition int, offset bigint, key string, value_digest string, "
     "producer_id bigint, sequence int, time_ms bigint, latency_ms double, error string"
 )
 
 
-def value_digest(value: bytes | bytearray | memoryview | None) -> str | None:
-    """The first 32 hex characters of the SHA-256 of ``value`` (None for a null value)."""
-    if value is None:
-        return None
-    return hashlib.sha256(value).hexdigest()[:DIGEST_HEX_CHARS]
-
-
-def key_text(key: bytes | bytearray | str | None) -> str | None:
-    """A record key as ledger text: UTF-8, with ``\\xNN`` escapes for undecodable bytes."""
-    if key is None or isinstance(key, str):
-        return key
-    return bytes(key).decode("utf-8", "backslashreplace")
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # -- writing ------------------------------------------------------------------------------------
 
 
 class LedgerWriter:
-    """Appends to ``R/ledger.jsonl`` and ``R/events.jsonl``.
+    """Writes a report dir's ledger (``R/ledger/`` or ``R/ledger.jsonl``, by ``format``) and
+    appends to ``R/events.jsonl``.
 
-    Lines are buffered and a lock serialises writers, so one asyncio loop (and the odd helper
-    thread) can call it from any callback; no call blocks on the disk except :meth:`flush`
-    (and a full buffer's write). Use it as a context manager, or call :meth:`close`.
+    Entries are buffered and a lock serialises writers, so one asyncio loop (and the odd helper
+    thread) can call it from any callback; no call blocks on the disk except :meth:`flush`, a
+    full buffer's write, and in the columnar form the write of a chunk (every ``chunk_records``
+    entries, or once the oldest buffered entry is ``chunk_interval_s`` old by ``monotonic_s``).
+    ``fsync`` makes :meth:`flush` (and each chunk) reach the disk. Use it as a context manager,
+    or call :meth:`close`.
     """
 
     def __init__(
         self,
         report_dir: Path | str,
         *,
+        format: str = "parquet",
         fsync: bool = False,
         clock_ms: Callable[[], int] = wall_ms,
+        monotonic_s: Callable[[], float] = time.monotonic,
         buffer_bytes: int = 1 << 20,
+        chunk_records: int = DEFAULT_CHUNK_RECORDS,
+        chunk_interval_s: float = DEFAULT_CHUNK_INTERVAL_S,
     ) -> None:
+        if format not in FORMATS:
+            raise ValueError(f"ledger format must be one of {FORMATS}, got {format!r}")
         self.report_dir = Path(report_dir)
         self.report_dir.mkdir(parents=True, exist_ok=True)
+        there = ledger_form(self.report_dir)
+        if there is not None and there != format:
+            raise LedgerFormatError(
+                f"{self.report_dir} already holds a {there} ledger; will not add a {format} one next to it"
+            )
+        self.format = format
         self._fsync = fsync
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._ledger: TextIO = open(  # noqa: SIM115 - closed in close()
-            self.report_dir / LEDGER_FILE, "a", encoding="utf-8", buffering=buffer_bytes
-        )
+        self._sink: ChunkSink | JsonLinesSink
+        if format == "parquet":
+            self._sink = ChunkSink(
+                self.report_dir / LEDGER_DIR,
+                clock_ms=clock_ms,
+                monotonic_s=monotonic_s,
+                fsync=fsync,
+                chunk_records=chunk_records,
+                chunk_interval_s=chunk_interval_s,
+            )
+        else:
+            self._sink = JsonLinesSink(self.report_dir / LEDGER_FILE, fsync=fsync, buffer_bytes=buffer_bytes)
         self._events: TextIO = open(  # noqa: SIM115 - closed in close()
             self.report_dir / EVENTS_FILE, "a", encoding="utf-8", buffering=1 << 16
         )
@@ -124,12 +185,8 @@ class LedgerWriter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _write(self, stream: TextIO, entry: dict[str, Any]) -> None:
-        line = json.dumps(entry, separators=(",", ":")) + "\n"
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"ledger in {self.report_dir} is closed")
-            stream.write(line)
+    def _closed_error(self) -> ValueError:
+        return ValueError(f"ledger in {self.report_dir} is closed")
 
     def ack(
         self,
@@ -145,17 +202,13 @@ class LedgerWriter:
         latency_ms: float = 0.0,
     ) -> None:
         """Record an acknowledged write of ``value`` (digested here)."""
-        self.ack_digest(
-            topic,
-            partition,
-            offset,
-            value_digest(value),
-            key=key,
-            producer_id=producer_id,
-            sequence=sequence,
-            time_ms=time_ms,
-            latency_ms=latency_ms,
-        )
+        key = key_text(key)
+        at = self._clock_ms() if time_ms is None else time_ms
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._sink.ack(topic, partition, offset, value, key, producer_id, sequence, at, float(latency_ms))
+            self.acks += 1
 
     def ack_digest(
         self,
@@ -170,51 +223,51 @@ class LedgerWriter:
         time_ms: int | None = None,
         latency_ms: float = 0.0,
     ) -> None:
-        """Record an acknowledged write whose value digest is already known."""
-        self._write(
-            self._ledger,
-            {
-                "type": "ack",
-                "topic": topic,
-                "partition": partition,
-                "offset": offset,
-                "key": key_text(key),
-                "value_digest": digest,
-                "producer_id": producer_id,
-                "sequence": sequence,
-                "time_ms": self._clock_ms() if time_ms is None else time_ms,
-                "latency_ms": round(float(latency_ms), 3),
-            },
-        )
-        self.acks += 1
+        """Record an acknowledged write whose value digest (32 hex characters) is already known;
+        the columnar form keeps its halves (text that is no digest becomes
+        :data:`ledger.entries.NOT_A_DIGEST`, as the job reads it)."""
+        key = key_text(key)
+        at = self._clock_ms() if time_ms is None else time_ms
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            if isinstance(self._sink, ChunkSink):
+                halves = None if digest is None else digest_halves(digest)
+                self._sink.ack_halves(
+                    topic, partition, offset, halves, key, producer_id, sequence, at, float(latency_ms)
+                )
+            else:
+                self._sink.ack_digest(
+                    topic, partition, offset, digest, key, producer_id, sequence, at, latency_ms
+                )
+            self.acks += 1
 
     def error(self, topic: str, partition: int, error: str, *, time_ms: int | None = None) -> None:
         """Record a failed write; ``error`` is Kafka's error name, ``partition`` -1 if unknown."""
-        self._write(
-            self._ledger,
-            {
-                "type": "error",
-                "topic": topic,
-                "partition": partition,
-                "error": error,
-                "time_ms": self._clock_ms() if time_ms is None else time_ms,
-            },
-        )
-        self.errors += 1
+        at = self._clock_ms() if time_ms is None else time_ms
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._sink.error(topic, partition, error, at)
+            self.errors += 1
 
     def event(self, kind: str, detail: dict[str, Any] | None = None, *, time_ms: int | None = None) -> None:
         """Record a ``fault``, ``heal`` or ``leader_change`` on the timeline."""
         if kind not in EVENT_TYPES:
             raise ValueError(f"event type must be one of {EVENT_TYPES}, got {kind!r}")
-        self._write(
-            self._events,
+        line = json.dumps(
             {
                 "type": kind,
                 "time_ms": self._clock_ms() if time_ms is None else time_ms,
                 "detail": detail or {},
             },
+            separators=(",", ":"),
         )
-        self.events += 1
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._events.write(line + "\n")
+            self.events += 1
 
     def fault(self, detail: dict[str, Any], *, time_ms: int | None = None) -> None:
         self.event("fault", detail, time_ms=time_ms)
@@ -225,105 +278,60 @@ class LedgerWriter:
     def leader_change(self, detail: dict[str, Any], *, time_ms: int | None = None) -> None:
         self.event("leader_change", detail, time_ms=time_ms)
 
+    def tick(self) -> None:
+        """Write the columnar ledger's buffered chunk if it is due by time (between writes)."""
+        with self._lock:
+            if not self._closed:
+                self._sink.tick()
+
     def flush(self) -> None:
-        """Hand buffered lines to the OS (and fsync them when the writer was made with fsync)."""
+        """Hand buffered entries to the OS (the columnar form: write them as a chunk) and fsync
+        them when the writer was made with fsync."""
         with self._lock:
             if self._closed:
                 return
-            for stream in (self._ledger, self._events):
-                stream.flush()
-                if self._fsync:
-                    os.fsync(stream.fileno())
+            self._sink.flush()
+            self._events.flush()
+            if self._fsync:
+                os.fsync(self._events.fileno())
 
     def close(self) -> None:
+        """Write what is buffered and close (the columnar form: its last chunk, then ``_CLOSED``)."""
         self.flush()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._ledger.close()
+            self._sink.close()
             self._events.close()
 
 
 # -- reading ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ack:
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    value_digest: str | None
-    producer_id: int
-    sequence: int
-    time_ms: int
-    latency_ms: float
-
-
-@dataclass(frozen=True)
-class WriteError:
-    topic: str
-    partition: int
-    error: str
-    time_ms: int
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    time_ms: int
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The objects of a JSON-lines file; blank, torn or non-object lines are skipped."""
-    try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return
-    with f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict):
-                yield entry
-
-
 def read_ledger(report_dir: Path | str) -> Iterator[Ack | WriteError]:
-    """Every well-formed entry of ``R/ledger.jsonl``, in file order."""
-    for e in _json_lines(Path(report_dir) / LEDGER_FILE):
-        kind = e.get("type", "ack")
-        try:
-            if kind == "ack":
-                yield Ack(
-                    str(e["topic"]),
-                    int(e["partition"]),
-                    int(e["offset"]),
-                    e.get("key"),
-                    e.get("value_digest"),
-                    int(e.get("producer_id", NO_PRODUCER_ID)),
-                    int(e.get("sequence", NO_SEQUENCE)),
-                    int(e["time_ms"]),
-                    float(e.get("latency_ms", 0.0)),
-                )
-            elif kind == "error":
-                yield WriteError(
-                    str(e["topic"]), int(e.get("partition", -1)), str(e["error"]), int(e["time_ms"])
-                )
-        except (KeyError, TypeError, ValueError):
-            continue
+    """Every well-formed entry of the report dir's ledger, whichever its form, in the order
+    written (nothing when there is none; :class:`ledger.entries.LedgerFormatError` when both
+    forms are there)."""
+    report_dir = Path(report_dir)
+    form = ledger_form(report_dir)
+    if form == "parquet":
+        return read_columnar_ledger(report_dir / LEDGER_DIR)
+    return read_jsonl_ledger(report_dir / LEDGER_FILE)
+
+
+def ledger_notes(report_dir: Path | str) -> list[str]:
+    """What a reader of the report dir's ledger must be told (an unclosed columnar ledger)."""
+    report_dir = Path(report_dir)
+    if ledger_form(report_dir) == "parquet":
+        return inspect(report_dir / LEDGER_DIR).notes()
+    return []
 
 
 def read_events(report_dir: Path | str) -> list[Event]:
     """The timeline of ``R/events.jsonl``, sorted by time."""
     events: list[Event] = []
-    for e in _json_lines(Path(report_dir) / EVENTS_FILE):
+    for e in json_lines(Path(report_dir) / EVENTS_FILE):
         try:
             kind, at = str(e["type"]), int(e["time_ms"])
         except (KeyError, TypeError, ValueError):

@@ -1,8 +1,10 @@
 """The verification job (docs/design.md "Verification job"): ledger + committed log + replicas'
 segment files -> report.
 
-``run_verification(R, bootstrap, log_dirs)`` reads ``R/ledger.jsonl`` and ``R/events.jsonl``
-(:mod:`ledger.format`) and
+``run_verification(R, bootstrap, log_dirs)`` reads the ledger, in either form (``R/ledger/``:
+Parquet chunks with the digests as two long columns, read with Spark's Parquet reader; or
+``R/ledger.jsonl``: JSON lines, parsed with Spark's JSON reader and the hex digests split into
+halves), and ``R/events.jsonl`` (:mod:`ledger.format`), and
 
 * with ``bootstrap``: reads the committed log of the live cluster through ``floodmark_committed``
   below high watermarks fixed once at the start with ListOffsets (the same cut for every check);
@@ -45,8 +47,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ledger.format import EVENTS_FILE, LEDGER_DDL, LEDGER_FILE, read_events
+from ledger.columnar import inspect as inspect_chunks
+from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
 from verify import checks
+from verify.ledger_frame import ledger_entries
 from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.progress import Timings
 from verify.replicas import Inventory, list_replicas, split_log_dirs
@@ -60,8 +64,6 @@ FAST_START_MAX_INPUT_BYTES = 32 * 1024 * 1024
 #: Checks run at once on a small input (one at a time on a big one).
 CONCURRENT_CHECKS = 3
 MAX_TIMELINE_POINTS = 600
-CORRUPT = "_corrupt_record"
-
 Progress = Callable[[str], None]
 
 
@@ -93,6 +95,7 @@ def run_verification(
     dirs = split_log_dirs(log_dirs)
     if not bootstrap and not dirs:
         raise ValueError("nothing to verify against: give the bootstrap servers, the log dirs, or both")
+    ledger_form(report_dir)  # a report dir with both forms of the ledger fails here, before Spark starts
     say = progress or _quiet
     # Readers count their rows in files here; a thread prints them while a phase runs.
     progress_dir = tempfile.mkdtemp(prefix="floodmark-verify-progress-")
@@ -151,16 +154,17 @@ def run_verification(
 
 
 def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
-    """The ledger's size plus every segment file's in the log dirs (a stat each, nothing read)."""
+    """The ledger's size (either form) plus every segment file's in the log dirs (a stat each,
+    nothing read)."""
     total = 0
-    for path in [report_dir / LEDGER_FILE, *(p for d in log_dirs for p in Path(d).glob("*-*/*.log"))]:
+    for path in [
+        report_dir / LEDGER_FILE,
+        *inspect_chunks(report_dir / LEDGER_DIR).chunks,
+        *(p for d in log_dirs for p in Path(d).glob("*-*/*.log")),
+    ]:
         with contextlib.suppress(OSError):
             total += path.stat().st_size
     return total
-
-
-def _empty(spark: Any, ddl: str) -> Any:
-    return spark.createDataFrame([], ddl)
 
 
 def _run(
@@ -189,36 +193,7 @@ def _run(
 
     # -- the ledger ---------------------------------------------------------------------------
     say(f"reading the ledger in {report_dir}")
-    ledger_path = report_dir / LEDGER_FILE
-    if ledger_path.exists() and ledger_path.stat().st_size > 0:
-        ledger = (
-            spark.read.schema(f"{LEDGER_DDL}, {CORRUPT} string")
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .json(str(ledger_path))
-        )
-    else:
-        notes.append(f"no ledger at {ledger_path}: nothing acknowledged to look for")
-        ledger = _empty(spark, f"{LEDGER_DDL}, {CORRUPT} string")
-    # Parse the JSON once: every later use reads this cached projection, with the digest's halves.
-    entries = keep(
-        ledger.select(
-            F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed"))
-            .otherwise(F.coalesce(F.col("type"), F.lit("ack")))
-            .alias("kind"),
-            "topic",
-            "partition",
-            "offset",
-            "key",
-            "value_digest",
-            "producer_id",
-            "sequence",
-            "time_ms",
-            "latency_ms",
-            "error",
-            *checks.digest_halves(),
-        )
-    )
+    entries = ledger_entries(spark, report_dir, notes, keep)
     with timings.measure("ledger"):
         stats = entries.groupBy("kind", "topic").count().collect()
     malformed = sum(row["count"] for row in stats if row["kind"] == "malformed")

@@ -50,10 +50,12 @@ def build(
     root: Path,
     plant: Callable[[Scenario], None] | None = None,
     hw_overrides: dict[tuple[int, str, int], int] | None = None,
+    ledger_format: str = "parquet",
 ) -> Scenario:
-    """Write the run; ``plant`` runs after the last batch and before the final checkpoints."""
+    """Write the run; ``plant`` runs after the last batch and before the final checkpoints. The
+    ledger is written in ``ledger_format`` (``parquet`` or ``jsonl``, :mod:`ledger.format`)."""
     disk = DiskCluster(root)
-    ledger = LedgerWriter(root / "report", clock_ms=lambda: disk.clock_ms)
+    ledger = LedgerWriter(root / "report", format=ledger_format, clock_ms=lambda: disk.clock_ms)
     s = Scenario(root, disk, ledger)
     for p in PARTITIONS:
         for b in range(BATCHES_PER_EPOCH):

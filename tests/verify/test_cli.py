@@ -32,7 +32,9 @@ def no_ambient_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_violations_exit_3_with_progress_on_stderr(tmp_path: Path, spark: Any) -> None:
-    s = sc.build(tmp_path / "run", lambda s: s.ledger.ack(sc.TOPIC, 0, 2, b"never written"))
+    s = sc.build(
+        tmp_path / "run", lambda s: s.ledger.ack(sc.TOPIC, 0, 2, b"never written"), ledger_format="jsonl"
+    )
     with open(s.report_dir / LEDGER_FILE, "a") as f:
         f.write('{"type": "ack", "topic": "t", "partition": 0, "off')  # the workload died mid-line
     # No --bootstrap-server and no cluster: the command says so and verifies offline.

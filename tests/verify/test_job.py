@@ -11,7 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ledger.format import value_digest
+import pytest
+
+from ledger.columnar import CLOSED_MARKER
+from ledger.format import FORMATS, LEDGER_DIR, value_digest
 from tests.verify import scenario as sc
 from verify.job import run_verification
 from verify.report import CHECKS
@@ -85,12 +88,15 @@ def test_batch_dropped_from_one_replica_is_divergent(tmp_path: Path, spark: Any)
         assert sorted(c["broker"] for c in row["copies"]) == [1, 3]
 
 
-def test_acknowledged_write_missing_from_the_log_is_lost(tmp_path: Path, spark: Any) -> None:
+@pytest.mark.parametrize("ledger_format", FORMATS)
+def test_acknowledged_write_missing_from_the_log_is_lost(
+    tmp_path: Path, spark: Any, ledger_format: str
+) -> None:
     def plant(s: sc.Scenario) -> None:
         s.ledger.ack(TOPIC, 0, 3, b"acknowledged but never written", producer_id=7, sequence=0)
         s.ledger.ack(TOPIC, 1, 500, b"acknowledged far past the end", producer_id=7, sequence=1)
 
-    s = sc.build(tmp_path, plant)
+    s = sc.build(tmp_path, plant, ledger_format=ledger_format)
     result = verify(s, spark)
     rows = assert_only(result, "lost", 2)
     first, second = rows
@@ -156,3 +162,51 @@ def test_epoch_checkpoint_that_disagrees_with_the_batches_is_found(tmp_path: Pat
         f"checkpoint entry (1, {start - 5}) is not where a run of epoch-1 batches starts",
     ]
     assert row["checkpoint"] == [[0, 0], [1, start - 5]] and row["batch_epoch_starts"] == [[0, 0], [1, start]]
+
+
+def test_both_ledger_forms_give_the_same_report(tmp_path: Path, spark: Any) -> None:
+    """One scenario with a lost write (a null value acknowledged too), a duplicate, a divergent
+    batch and two errors, its ledger written as Parquet chunks and as JSON lines: same report."""
+
+    def plant(s: sc.Scenario) -> None:
+        s.ledger.ack(TOPIC, 0, 3, b"acknowledged but never written", key=b"k\xff", producer_id=7, sequence=0)
+        s.ledger.ack(TOPIC, 0, 4, None, key="k-null")  # a null value where a record is: lost too
+        s.disk.produce(TOPIC, 1, [sc.value(1, 2, 0)], epoch=1, leader=2, producer_id=-1, ledger=s.ledger)
+        s.ledger.error(TOPIC, -1, "REQUEST_TIMED_OUT")
+
+    reports = {}
+    for form in FORMATS:
+        s = sc.build(tmp_path / form, plant, ledger_format=form)
+        path, pos, size, _ = s.disk.batch_positions(3, TOPIC, 0)[1]
+        data = bytearray(path.read_bytes())
+        data[pos + size - 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        report = json.loads(verify(s, spark).report_path.read_text())
+        reports[form] = {k: report[k] for k in ("ok", "counts", "violations", "errors_by_name", "notes")}
+    assert reports["parquet"] == reports["jsonl"]
+    counts = reports["parquet"]["counts"]
+    assert (counts["lost"], counts["duplicate"], counts["divergent"]) == (2, 1, 5)
+    assert counts["errors"] == 2 and counts["malformed_ledger_lines"] == 0
+    lost = reports["parquet"]["violations"]["lost"]
+    assert [(r["offset"], r["key"], r["value_digest"]) for r in lost] == [
+        (3, "k\\xff", value_digest(b"acknowledged but never written")),
+        (4, "k-null", None),
+    ]
+
+
+def test_an_unclosed_columnar_ledger_is_verified_with_a_note(tmp_path: Path, spark: Any) -> None:
+    """The workload died after its last chunk: no ``_CLOSED``, a torn chunk under its temporary
+    name. Spark skips the temporary file like the markers; the report says what may be missing."""
+    s = sc.build(tmp_path)
+    chunks = s.report_dir / LEDGER_DIR
+    (chunks / CLOSED_MARKER).unlink()
+    (chunks / ".part-000009.parquet.tmp").write_bytes(b"PAR1 torn")
+    result = verify(s, spark)
+    assert result.ok, result.violations
+    assert result.counts["acknowledged"] == s.total and result.counts["malformed_ledger_lines"] == 0
+    (note,) = [n for n in result.notes if "ledger" in n]
+    assert note.startswith("the ledger was not closed (the workload stopped without closing it)")
+    assert note.endswith(
+        "the lost check covers only what reached the ledger; 1 unfinished chunk file(s) ignored"
+    )
+    assert note in json.loads(result.report_path.read_text())["notes"]

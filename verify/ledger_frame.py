@@ -1,0 +1,99 @@
+"""The ledger as the verification job reads it (docs/design.md "Verification job"): one cached
+DataFrame of entries, with the same columns (:data:`ENTRY_COLUMNS`) whichever form the report
+dir's ledger has (:func:`ledger.format.ledger_form`), so every check reads it the same way.
+
+* ``R/ledger/`` (:mod:`ledger.columnar`): Spark's Parquet reader over the chunks (its file
+  listing skips the ``_OPEN``/``_CLOSED`` markers and the hidden temporary names of unfinished
+  chunks); the digest's halves are columns, its hex text a projection computed only for the
+  rows a report shows; no malformed entries; an unclosed ledger's note goes into the notes.
+* ``R/ledger.jsonl`` (:mod:`ledger.jsonl`): Spark's JSON reader in PERMISSIVE mode, a
+  malformed line kept as kind ``malformed`` (counted by the job), the hex digest split into
+  halves (:func:`verify.checks.digest_halves`), all parsed once into the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ledger.columnar import LEDGER_COLUMNAR_DDL
+from ledger.columnar import inspect as inspect_chunks
+from ledger.format import LEDGER_DDL, LEDGER_DIR, LEDGER_FILE, ledger_form
+from verify import checks
+
+CORRUPT = "_corrupt_record"
+#: The ledger's entries as the checks read them, whichever the ledger's form.
+ENTRY_COLUMNS = (
+    "kind",
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value_digest",
+    "producer_id",
+    "sequence",
+    "time_ms",
+    "latency_ms",
+    "error",
+    "digest_hi",
+    "digest_lo",
+)
+
+
+def _empty(spark: Any, ddl: str) -> Any:
+    return spark.createDataFrame([], ddl)
+
+
+def ledger_entries(spark: Any, report_dir: Path, notes: list[str], keep: Callable[[Any], Any]) -> Any:
+    """The report dir's ledger entries (``keep`` caches a DataFrame); notes for the report are
+    appended to ``notes``."""
+    if ledger_form(report_dir) == "parquet":
+        return _columnar_entries(spark, report_dir / LEDGER_DIR, notes, keep)
+    return _json_entries(spark, report_dir / LEDGER_FILE, notes, keep)
+
+
+def _json_entries(spark: Any, path: Path, notes: list[str], keep: Callable[[Any], Any]) -> Any:
+    """The entries of a JSON-lines ledger: parsed once (malformed lines kept, as kind
+    ``malformed``, to be counted), the hex digest split into its halves, cached."""
+    from pyspark.sql import functions as F
+
+    if path.exists() and path.stat().st_size > 0:
+        ledger = (
+            spark.read.schema(f"{LEDGER_DDL}, {CORRUPT} string")
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .json(str(path))
+        )
+    else:
+        notes.append(f"no ledger at {path}: nothing acknowledged to look for")
+        ledger = _empty(spark, f"{LEDGER_DDL}, {CORRUPT} string")
+    # Parse the JSON once: every later use reads this cached projection, with the digest's halves.
+    return keep(
+        ledger.select(
+            F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed"))
+            .otherwise(F.coalesce(F.col("type"), F.lit("ack")))
+            .alias("kind"),
+            *ENTRY_COLUMNS[1:5],
+            "value_digest",
+            *ENTRY_COLUMNS[6:11],
+            *checks.digest_halves(),
+        )
+    )
+
+
+def _columnar_entries(spark: Any, directory: Path, notes: list[str], keep: Callable[[Any], Any]) -> Any:
+    """The entries of a columnar ledger, with the same columns as :func:`_json_entries`: the
+    digest's halves are columns already; its hex text (for the rows a report shows) is a
+    projection over the cached columns, computed only where a check reads it. An unclosed
+    ledger's note goes into the report's notes."""
+    chunk_dir = inspect_chunks(directory)
+    notes.extend(chunk_dir.notes())
+    if chunk_dir.chunks:
+        # Spark's file listing skips the markers and the hidden temporary names, as inspect does.
+        ledger = spark.read.schema(LEDGER_COLUMNAR_DDL).parquet(str(directory))
+    else:
+        notes.append(f"no ledger chunks in {directory}: nothing acknowledged to look for")
+        ledger = _empty(spark, LEDGER_COLUMNAR_DDL)
+    cached = keep(ledger.select(*(c for c in ENTRY_COLUMNS if c != "value_digest")))
+    return cached.select(*(checks.digest_hex().alias(c) if c == "value_digest" else c for c in ENTRY_COLUMNS))
