@@ -37,7 +37,6 @@ values by design, so the duplicate check means nothing there).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import shutil
 import tempfile
@@ -49,14 +48,20 @@ from typing import Any
 
 from ledger.columnar import inspect as inspect_chunks
 from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
-from verify import checks
+from verify import checks, staging
 from verify.ledger_frame import ledger_entries
 from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.progress import Timings
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary
 from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
-from verify.sources import COMMITTED_SOURCE, SEGMENTS_SOURCE, offsets_key
+from verify.sources import (
+    NARROW_COMMITTED_DDL,
+    NARROW_SEGMENTS_DDL,
+    CommittedReader,
+    SegmentsReader,
+    offsets_key,
+)
 
 DEFAULT_ROW_CAP = 100
 #: Input size (ledger + segments) up to which the fast-start JVM is the faster choice.
@@ -64,6 +69,8 @@ FAST_START_MAX_INPUT_BYTES = 32 * 1024 * 1024
 #: Checks run at once on a small input (one at a time on a big one).
 CONCURRENT_CHECKS = 3
 MAX_TIMELINE_POINTS = 600
+#: Under the report dir: the inputs staged as Parquet while the job runs (verify/staging.py).
+STAGE_DIR = ".verify-staging"
 Progress = Callable[[str], None]
 
 
@@ -147,6 +154,7 @@ def run_verification(
         )
     finally:
         shutil.rmtree(progress_dir, ignore_errors=True)
+        staging.remove(report_dir / STAGE_DIR)
         if owned:
             spark.stop()
         else:
@@ -187,6 +195,7 @@ def _run(
     started = time.perf_counter()
     notes: list[str] = []
     skipped: dict[str, str] = {}
+    stage_dir = report_dir / STAGE_DIR  # the staged replicas and committed log (run_verification removes it)
 
     def keep(df: Any) -> Any:  # inputs read more than once; run_verification drops them at the end
         return df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -266,15 +275,6 @@ def _run(
     replica_rows = None
     extents = None
     if log_dirs:
-        # The narrow rows: digests as two longs, no keys or timestamps (no check reads them).
-        replica_rows = keep(
-            spark.read.format(SEGMENTS_SOURCE)
-            .option("log_dirs", ",".join(log_dirs))
-            .option("topics", topic_list)
-            .option("digests", "binary")
-            .option("progress_dir", str(timings.progress_dir))
-            .load()
-        )
         replicas_df = spark.createDataFrame(
             [
                 (
@@ -293,24 +293,36 @@ def _run(
         )
         say("reading every replica's segment files")
         with timings.measure("read_segments"):
+            # The narrow rows (digests as two longs, no keys or timestamps: no check reads them),
+            # decoded once into Parquet that every check then scans (verify/staging.py).
+            replica_rows, _ = staging.stage(
+                spark,
+                SegmentsReader(list(log_dirs), topics, NARROW_SEGMENTS_DDL, str(timings.progress_dir)),
+                NARROW_SEGMENTS_DDL,
+                stage_dir / "replicas",
+            )
             extents = keep(checks.replica_extents(replica_rows, replicas_df))
             extent_rows = [row.asDict() for row in extents.orderBy("topic", "partition", "broker").collect()]
     else:
         extent_rows = []
     if bootstrap:
-        committed = keep(
-            spark.read.format(COMMITTED_SOURCE)
-            .option("bootstrap", bootstrap)
-            .option("topics", topic_list)
-            .option("offsets", json.dumps({offsets_key(t, p): list(v) for (t, p), v in offsets.items()}))
-            .option("timeout_s", str(timeout_s))
-            .option("digests", "binary")
-            .option("progress_dir", str(timings.progress_dir))
-            .load()
-        )
         say(f"reading the committed log of {topic_list} from the cluster")
+        with timings.measure("read_committed"):
+            committed, _ = staging.stage(
+                spark,
+                CommittedReader(
+                    bootstrap,
+                    topics,
+                    {offsets_key(t, p): list(v) for (t, p), v in offsets.items()},
+                    timeout_s,
+                    NARROW_COMMITTED_DDL,
+                    str(timings.progress_dir),
+                ),
+                NARROW_COMMITTED_DDL,
+                stage_dir / "committed",
+            )
     else:
-        committed = checks.committed_from_replicas(replica_rows, extents, hws)  # cheap from the cached rows
+        committed = checks.committed_from_replicas(replica_rows, extents, hws)  # cheap from the staged rows
         say(
             "taking the committed log from the most complete replica of each partition, below the checkpointed HW"
         )
@@ -354,8 +366,11 @@ def _run(
     def run_check(name: str) -> tuple[str, int, list[Any], float]:
         begun = time.perf_counter()
         df = offending[name]()
-        rows = df.orderBy(*order[name]).limit(row_cap).collect()
-        count = len(rows) if len(rows) < row_cap else df.count()
+        # Count first: a clean run (the usual case) then never plans the report's rows, whose
+        # sorted projection cost the lost check almost three times its count at 10 million
+        # records (docs/benchmarks.md "Verification cost").
+        count = df.count()
+        rows = df.orderBy(*order[name]).limit(row_cap).collect() if count else []
         return name, count, rows, time.perf_counter() - begun
 
     for name in CHECKS:

@@ -1,4 +1,4 @@
-"""The ledger as the verification job reads it (docs/design.md "Verification job"): one cached
+"""The ledger as the verification job reads it (docs/design.md "Verification job"): one
 DataFrame of entries, with the same columns (:data:`ENTRY_COLUMNS`) whichever form the report
 dir's ledger has (:func:`ledger.format.ledger_form`), so every check reads it the same way.
 
@@ -49,7 +49,7 @@ def ledger_entries(spark: Any, report_dir: Path, notes: list[str], keep: Callabl
     """The report dir's ledger entries (``keep`` caches a DataFrame); notes for the report are
     appended to ``notes``."""
     if ledger_form(report_dir) == "parquet":
-        return _columnar_entries(spark, report_dir / LEDGER_DIR, notes, keep)
+        return _columnar_entries(spark, report_dir / LEDGER_DIR, notes)
     return _json_entries(spark, report_dir / LEDGER_FILE, notes, keep)
 
 
@@ -82,10 +82,10 @@ def _json_entries(spark: Any, path: Path, notes: list[str], keep: Callable[[Any]
     )
 
 
-def _columnar_entries(spark: Any, directory: Path, notes: list[str], keep: Callable[[Any], Any]) -> Any:
+def _columnar_entries(spark: Any, directory: Path, notes: list[str]) -> Any:
     """The entries of a columnar ledger, with the same columns as :func:`_json_entries`: the
     digest's halves are columns already; its hex text (for the rows a report shows) is a
-    projection over the cached columns, computed only where a check reads it. An unclosed
+    projection, computed only where a check reads it. An unclosed
     ledger's note goes into the report's notes."""
     chunk_dir = inspect_chunks(directory)
     notes.extend(chunk_dir.notes())
@@ -95,5 +95,6 @@ def _columnar_entries(spark: Any, directory: Path, notes: list[str], keep: Calla
     else:
         notes.append(f"no ledger chunks in {directory}: nothing acknowledged to look for")
         ledger = _empty(spark, LEDGER_COLUMNAR_DDL)
-    cached = keep(ledger.select(*(c for c in ENTRY_COLUMNS if c != "value_digest")))
-    return cached.select(*(checks.digest_hex().alias(c) if c == "value_digest" else c for c in ENTRY_COLUMNS))
+    # Not cached: a scan of the chunks' columns costs less than building Spark's in-memory cache
+    # from them (docs/design.md "Staged inputs"), and every check reads only the columns it needs.
+    return ledger.select(*(checks.digest_hex().alias(c) if c == "value_digest" else c for c in ENTRY_COLUMNS))
