@@ -182,12 +182,8 @@ class ChunkSink:
         time_ms: int,
         latency_ms: float,
     ) -> None:
-        hi, lo = (None, None) if value is None else _HALVES.unpack_from(hashlib.sha256(value).digest())
-        self._rows.append(
-            ("ack", topic, partition, offset, key, hi, lo, producer_id, sequence, time_ms, latency_ms, None)
-        )
-        self._buffered_acks += 1
-        self._added()
+        halves = None if value is None else _HALVES.unpack_from(hashlib.sha256(value).digest())
+        self.ack_halves(topic, partition, offset, halves, key, producer_id, sequence, time_ms, latency_ms)
 
     def ack_halves(
         self,
