@@ -13,6 +13,7 @@ import logging
 import random
 from collections.abc import Callable
 
+from broker import config_admin
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
@@ -65,6 +66,8 @@ class KafkaApis:
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
         }
 
     async def handle(self, request: Request) -> None:
@@ -287,6 +290,16 @@ class KafkaApis:
                 deleting, body["timeout_ms"], lambda t: not self.metadata_cache.contains_topic(t)
             )
         request.respond({"topics": results})
+
+    async def handle_describe_configs(self, request: Request) -> None:
+        """DescribeConfigs (KIP-133): topics from any broker, a broker's static config from itself
+        (broker/config_admin.py)."""
+        request.respond(await config_admin.describe_configs(self.zk, self.config, request.body))
+
+    async def handle_alter_configs(self, request: Request) -> None:
+        """AlterConfigs (KIP-133), topics only, at any broker as in ZooKeeper-era Kafka: the
+        overrides are written to ZooKeeper and every broker's config change listener applies them."""
+        request.respond(await config_admin.alter_configs(self.zk, request.body))
 
     async def _await_metadata(self, topics: list[str], timeout_ms: int, ready: Callable[[str], bool]) -> None:
         """Wait (bounded) until this broker's metadata cache reflects the change, as Kafka's

@@ -207,6 +207,9 @@ class BrokerConfig:
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self._values: dict[str, Any] = {}
+        #: The keys set in server.properties or by ``--override`` (none derived from another):
+        #: what DescribeConfigs reports as STATIC_BROKER_CONFIG (broker/config_admin.py).
+        self.given: frozenset[str] = frozenset(values)
         for key, raw in values.items():
             prop = BROKER_PROPERTIES.get(key)
             if prop is None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
+from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
 from broker.log import LogManager
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
@@ -123,6 +124,11 @@ class BrokerServer:
             lambda: self.cluster_id,
             self.rng,
         )
+        # Kafka's KafkaServer.startup: the config change listener before the request pipeline
+        self.dynamic_config = DynamicConfigManager(
+            self.zk, TopicConfigHandler(self.replica_manager, cfg), self.time_ms
+        )
+        await self.dynamic_config.startup()
         self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
         self.socket_server = SocketServer(
             cfg.network_config(),
@@ -367,6 +373,7 @@ class BrokerServer:
             task.cancel()
         await self._shutdown_step("periodic tasks", asyncio.gather(*self._tasks, return_exceptions=True))
         await self._shutdown_step("socket server", self.socket_server.stop())
+        await self._shutdown_step("config change listener", self.dynamic_config.shutdown())
         self.metrics.close()
         await self._shutdown_step("controller", self.controller.shutdown())
         await self._shutdown_step("replica fetchers", self.replica_manager.fetchers.shutdown())

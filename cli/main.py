@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cli import chaos, cluster, consume, demo, ledger, perf, produce, topics, verify
+from cli import chaos, cluster, configs, consume, demo, ledger, perf, produce, topics, verify
 from cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -90,6 +90,7 @@ def build_cli() -> click.Group:
 
     cli.add_command(cluster.cluster)
     cli.add_command(topics.topics)
+    cli.add_command(configs.configs)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(perf.perf)

@@ -1,7 +1,8 @@
 """``floodmark topics create|list|describe|delete``, printing what kafka-topics.sh prints.
 
-``describe`` uses Kafka's text layout (a header line per topic, then one tab-indented line per
-partition; ``Leader: none`` when there is no leader) or ``--json``. With
+``describe`` uses Kafka's text layout (a header line per topic with its overrides as
+``Configs: k=v,k2=v2``, read by DescribeConfigs as TopicCommand does; then one tab-indented line
+per partition; ``Leader: none`` when there is no leader) or ``--json``. With
 ``--under-replicated-partitions`` (ISR smaller than the replica list) or
 ``--unavailable-partitions`` (no leader, or a leader that is not a live broker) only matching
 partitions are printed, without the topic header lines, as Kafka's TopicCommand does.
@@ -10,13 +11,14 @@ partitions are printed, without the topic header lines, as Kafka's TopicCommand 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from cli.common import bootstrap_option, close_quietly, parse_pairs, resolve_bootstrap, run
+from cli.configs import topic_overrides
 
 
 @dataclass(frozen=True)
@@ -139,15 +141,17 @@ def describe(
     """Describe topics: leader, replicas and ISR of every partition."""
     bootstrap = resolve_bootstrap(bootstrap_server)
     filters = Filters(under_replicated=under_replicated_partitions, unavailable=unavailable_partitions)
-    descriptions, live = run(_describe(bootstrap, topic, filters))
+    descriptions, live, configs = run(_describe(bootstrap, topic, filters))
     if as_json:
-        click.echo(json.dumps(describe_json(descriptions, filters, live), indent=2))
+        click.echo(json.dumps(describe_json(descriptions, filters, live, configs), indent=2))
     else:
-        for line in describe_text(descriptions, filters, live):
+        for line in describe_text(descriptions, filters, live, configs):
             click.echo(line)
 
 
-async def _describe(bootstrap: str, topic: str | None, filters: Filters) -> tuple[list[Any], set[int] | None]:
+async def _describe(
+    bootstrap: str, topic: str | None, filters: Filters
+) -> tuple[list[Any], set[int] | None, dict[str, dict[str, str]]]:
     from client.admin import AdminClient
     from client.protocol.errors import KafkaError
 
@@ -155,16 +159,17 @@ async def _describe(bootstrap: str, topic: str | None, filters: Filters) -> tupl
     try:
         await admin.start()
         descriptions = list(await admin.describe_topics([topic] if topic else None))
+        for desc in descriptions:
+            if getattr(desc, "error_code", 0):
+                raise KafkaError(desc.error_code, f"topic {desc.name}")
         live = None
         if filters.unavailable:
             cluster = await admin.describe_cluster()
             live = {broker.node_id for broker in cluster.brokers}
+        configs = await topic_overrides(admin, [d.name for d in descriptions])
     finally:
         await close_quietly(admin)
-    for desc in descriptions:
-        if getattr(desc, "error_code", 0):
-            raise KafkaError(desc.error_code, f"topic {desc.name}")
-    return sorted(descriptions, key=lambda d: d.name), live
+    return sorted(descriptions, key=lambda d: d.name), live, configs
 
 
 def _matches(partition: Any, filters: Filters, live: set[int] | None) -> bool:
@@ -180,7 +185,9 @@ def _partitions(desc: Any) -> list[Any]:
     return sorted(desc.partitions, key=lambda p: p.partition)
 
 
-def _configs(desc: Any) -> dict[str, str]:
+def _configs(desc: Any, configs: Mapping[str, Mapping[str, str]] | None) -> dict[str, str]:
+    if configs is not None:
+        return dict(configs.get(desc.name) or {})
     return dict(getattr(desc, "configs", None) or {})
 
 
@@ -189,18 +196,22 @@ def _ids(values: Iterable[int]) -> str:
 
 
 def describe_text(
-    descriptions: Iterable[Any], filters: Filters = Filters(), live: set[int] | None = None
+    descriptions: Iterable[Any],
+    filters: Filters = Filters(),
+    live: set[int] | None = None,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[str]:
-    """Kafka's kafka-topics.sh --describe lines for these TopicDescriptions."""
+    """Kafka's kafka-topics.sh --describe lines for these TopicDescriptions; ``configs`` is each
+    topic's overrides (default: the descriptions' own ``configs``)."""
     lines: list[str] = []
     for desc in descriptions:
         partitions = _partitions(desc)
         if not filters.active:
             rf = len(partitions[0].replicas) if partitions else 0
-            configs = ",".join(f"{k}={v}" for k, v in sorted(_configs(desc).items()))
+            overrides = ",".join(f"{k}={v}" for k, v in sorted(_configs(desc, configs).items()))
             lines.append(
                 f"Topic: {desc.name}\tTopicId: -\tPartitionCount: {len(partitions)}\t"
-                f"ReplicationFactor: {rf}\tConfigs: {configs}"
+                f"ReplicationFactor: {rf}\tConfigs: {overrides}"
             )
         for p in partitions:
             if not _matches(p, filters, live):
@@ -214,7 +225,10 @@ def describe_text(
 
 
 def describe_json(
-    descriptions: Iterable[Any], filters: Filters = Filters(), live: set[int] | None = None
+    descriptions: Iterable[Any],
+    filters: Filters = Filters(),
+    live: set[int] | None = None,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """``[{"topic", "partitions": [{"partition", "leader", "leader_epoch", "replicas", "isr",
     "offline_replicas"}], "configs"}]``; with filters, only topics that have a matching partition."""
@@ -234,7 +248,7 @@ def describe_json(
         ]
         if filters.active and not partitions:
             continue
-        out.append({"topic": desc.name, "partitions": partitions, "configs": _configs(desc)})
+        out.append({"topic": desc.name, "partitions": partitions, "configs": _configs(desc, configs)})
     return out
 
 

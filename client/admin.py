@@ -9,20 +9,34 @@ Metadata response from any broker.
 
 Results per topic are ``None`` (success) or a :class:`KafkaError` whose message carries the
 broker's ``error_message`` (``INVALID_REPLICATION_FACTOR: create topic 't' failed: ...``).
-Adding partitions, configs, reassignments and leader elections are not here yet: api.py has no
-request schemas for them.
+
+Configs (KIP-133): ``describe_configs`` and ``alter_configs`` take ConfigResource objects, as
+Kafka's Admin does; topic resources go to any broker, a BROKER resource to that broker. Alter is
+Kafka's non-incremental AlterConfigs: the configs given replace every override of the topic. A
+resource the broker refuses raises its KafkaError with the broker's message
+(``INVALID_CONFIG: alter configs of topic 't' failed: Unknown topic config name: x``).
+Adding partitions, reassignments and leader elections are not here yet: api.py has no request
+schemas for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from client.metadata import Cluster, parse_brokers, parse_topic
-from client.protocol.api import ApiKey
+from client.protocol.api import ApiKey, ConfigResourceType
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
-from client.types import ClusterDescription, NewTopic, TopicDescription
+from client.types import (
+    ClusterDescription,
+    Config,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSynonym,
+    NewTopic,
+    TopicDescription,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +264,72 @@ class AdminClient:
         brokers = sorted(parse_brokers(body).values(), key=lambda b: b.node_id)
         return ClusterDescription(body["cluster_id"], body["controller_id"], brokers)
 
+    # -- configs (KIP-133) ---------------------------------------------------------------------
+    async def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        include_synonyms: bool = False,
+        configuration_keys: Iterable[str] | None = None,
+    ) -> dict[ConfigResource, Config]:
+        """Every config of each resource (only ``configuration_keys`` when given) with its
+        effective value and source. Raises the first refused resource's KafkaError."""
+        keys = None if configuration_keys is None else list(configuration_keys)
+        results: dict[ConfigResource, Config] = {}
+        for node, group in _by_node(resources).items():
+            body = {
+                "resources": [
+                    {"resource_type": int(r.type), "resource_name": r.name, "configuration_keys": keys}
+                    for r in group
+                ],
+                "include_synonyms": include_synonyms,
+            }
+            response = await self._request_node(node, ApiKey.DESCRIBE_CONFIGS, body, "describe configs")
+            for item in _answers(response["results"], group, "describe configs"):
+                results[ConfigResource(item["resource_type"], item["resource_name"])] = Config(
+                    tuple(_config_entry(e) for e in item["configs"])
+                )
+        return results
+
+    async def alter_configs(
+        self, configs: Mapping[ConfigResource, Mapping[str, str]], validate_only: bool = False
+    ) -> None:
+        """Replace the overrides of each resource (topics only) by the ones given: a name left
+        out loses its override (Kafka's AlterConfigs, not the incremental KIP-339 one).
+        ``validate_only`` checks without writing. Raises the first refused resource's KafkaError."""
+        for node, group in _by_node(configs).items():
+            body = {
+                "resources": [
+                    {
+                        "resource_type": int(r.type),
+                        "resource_name": r.name,
+                        "configs": [{"name": str(k), "value": str(v)} for k, v in configs[r].items()],
+                    }
+                    for r in group
+                ],
+                "validate_only": validate_only,
+            }
+            response = await self._request_node(node, ApiKey.ALTER_CONFIGS, body, "alter configs")
+            _answers(response["responses"], group, "alter configs")
+
+    async def _request_node(self, node: int | None, api: ApiKey, body: dict, what: str) -> dict:
+        """``body`` to broker ``node`` (any broker for None), again after a retriable failure
+        (a lost connection, a broker missing from metadata) until ``request_timeout_ms``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        while True:
+            try:
+                if node is None:
+                    conn = await self._cluster.any_connection()
+                else:
+                    await self._cluster.maybe_refresh([])
+                    conn = await self._cluster.connection(node)
+                return await conn.request(api, body, timeout=max(0.1, deadline - loop.time()))
+            except KafkaError as exc:
+                if not exc.retriable or loop.time() + self.retry_backoff_ms / 1000 >= deadline:
+                    raise KafkaError(exc.code, f"{what}: {exc.message}") from None
+                self._cluster.invalidate()
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+
     async def api_versions(self) -> list[dict]:
         """ApiVersions from any broker: ``[{api_key, name, min_version, max_version}]``."""
         conn = await self._cluster.any_connection()
@@ -269,3 +349,51 @@ class AdminClient:
                 name = f"API_{entry['api_key']}"
             out.append({**entry, "name": name})
         return sorted(out, key=lambda e: e["api_key"])
+
+
+def _by_node(resources: Iterable[ConfigResource]) -> dict[int | None, list[ConfigResource]]:
+    """Kafka's routing: a BROKER resource to that broker, everything else to any broker."""
+    out: dict[int | None, list[ConfigResource]] = {}
+    for r in resources:
+        if not isinstance(r, ConfigResource):
+            raise TypeError(f"expected a ConfigResource, got {r!r}")
+        node = int(r.name) if r.type == ConfigResourceType.BROKER and r.name.isdigit() else None
+        out.setdefault(node, []).append(r)
+    return out
+
+
+def _describe_resource(resource_type: int, name: str) -> str:
+    try:
+        kind = ConfigResourceType(resource_type).name.lower()
+    except ValueError:
+        kind = f"resource type {resource_type}"
+    return f"{kind} {name!r}"
+
+
+def _answers(items: list[dict], asked: list[ConfigResource], what: str) -> list[dict]:
+    """The response's per-resource items; the first error (or a resource missing) raised."""
+    by_resource = {(i["resource_type"], i["resource_name"]): i for i in items}
+    for r in asked:
+        item = by_resource.get((int(r.type), r.name))
+        if item is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"{what} of {_describe_resource(r.type, r.name)}: not in the response",
+            )
+        if item["error_code"] != ErrorCode.NONE:
+            message = f"{what} of {_describe_resource(r.type, r.name)} failed"
+            if item.get("error_message"):
+                message += f": {item['error_message']}"
+            raise KafkaError(item["error_code"], message)
+    return [by_resource[(int(r.type), r.name)] for r in asked]
+
+
+def _config_entry(entry: dict) -> ConfigEntry:
+    return ConfigEntry(
+        entry["name"],
+        entry["value"],
+        entry["config_source"],
+        entry["read_only"],
+        entry["is_sensitive"],
+        tuple(ConfigSynonym(s["name"], s["value"], s["source"]) for s in entry["synonyms"]),
+    )

@@ -115,3 +115,51 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: list[BrokerInfo]
+
+
+# -- configs (KIP-133's DescribeConfigs and AlterConfigs) --------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigResource:
+    """What a config belongs to (Kafka's ConfigResource): ``type`` a
+    :class:`~client.protocol.api.ConfigResourceType` (TOPIC with the topic's name, BROKER with
+    the broker id as a string)."""
+
+    type: int
+    name: str
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    """One place a config's value may come from, highest precedence first (KIP-226)."""
+
+    name: str
+    value: str | None
+    source: int  # a ConfigSource
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a resource with its effective value (Kafka's ConfigEntry)."""
+
+    name: str
+    value: str | None
+    source: int  # a ConfigSource
+    is_read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every config the broker described for one resource (Kafka's Config)."""
+
+    entries: tuple[ConfigEntry, ...]
+
+    def get(self, name: str) -> ConfigEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+    def values(self, source: int | None = None) -> dict[str, str | None]:
+        """``{name: value}``, only the entries from ``source`` when given."""
+        return {e.name: e.value for e in self.entries if source is None or e.source == source}

@@ -1,7 +1,8 @@
 """Kafka's reads and writes of the cluster's znodes (Kafka's KafkaZkClient), used by the
 controller, the brokers, the local runner and the benchmarks alike: broker registration
 (checkedEphemeralCreate), the controller's fenced multi-ops, the leader's conditional ISR write
-(checkLeaderAndIsrZkData), notifications, producer-id blocks and the top-level paths.
+(checkLeaderAndIsrZkData), notifications, topic config changes (AdminZkClient.changeTopicConfig)
+and the /config/changes notifications, producer-id blocks and the top-level paths.
 docs/design.md "The ZooKeeper client layer" says how each settles a write resent after a drop.
 """
 
@@ -12,9 +13,10 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import WatchedEvent
 
 from client.types import TopicPartition
 from zk.bridge import CheckOp, DeleteOp, ZkBridge, ZkOp
@@ -32,14 +34,18 @@ from zk.data import (
     decode_topic_assignment,
     decode_topic_config,
     encode_broker_registration,
+    encode_config_change,
     encode_isr_change_notification,
     encode_log_dir_event,
     encode_partition_state,
     encode_producer_id_block,
+    encode_topic_config,
 )
 from zk.paths import (
     BROKER_IDS_PATH,
     CLUSTER_ID_PATH,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_CHANGES_PATH,
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
@@ -49,6 +55,7 @@ from zk.paths import (
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK_PATH,
     broker_id_path,
+    config_change_path,
     config_topic_path,
     partition_state_path,
     topic_path,
@@ -121,6 +128,75 @@ async def get_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, list[int]]
 async def get_topic_config(zk: ZkBridge, topic: str) -> dict[str, str]:
     got = await zk.get(config_topic_path(topic))
     return {} if got is None else decode_topic_config(got[0])
+
+
+async def set_topic_config(zk: ZkBridge, topic: str, config: dict[str, str]) -> None:
+    """Write /config/topics/<t> {"version":1,"config":{...}} whatever it held, creating it when
+    absent (Kafka's KafkaZkClient.setOrCreateEntityConfigs)."""
+    data = encode_topic_config(config)
+    path = config_topic_path(topic)
+    for _ in range(3):
+        try:
+            await zk.set(path, data)
+            return
+        except NoNodeError:
+            pass
+        try:
+            await zk.create(path, data, makepath=True)
+            return
+        except NodeExistsError:
+            continue  # created meanwhile (or our resent create landed): set it
+    raise RuntimeError(f"cannot write {path}: it keeps appearing and disappearing")
+
+
+async def create_config_change_notification(zk: ZkBridge, entity_path: str) -> str:
+    """A persistent sequential /config/changes/config_change_<seq> naming ``entity_path`` (e.g.
+    ``topics/foo``) for every broker's config change listener (Kafka's
+    KafkaZkClient.createConfigChangeNotification)."""
+    data = encode_config_change(entity_path)
+    path = config_change_path(CONFIG_CHANGE_PREFIX)
+    try:
+        return await zk.create(path, data, sequence=True)
+    except NoNodeError:
+        await zk.ensure_path(CONFIG_CHANGES_PATH)
+        return await zk.create(path, data, sequence=True)
+
+
+async def change_topic_config(zk: ZkBridge, topic: str, config: dict[str, str]) -> None:
+    """Replace the topic's overrides and tell the brokers (Kafka's AdminZkClient.changeTopicConfig:
+    the config znode first, then the notification, so a broker that reads the notification reads
+    the new config). Validation is the caller's."""
+    await set_topic_config(zk, topic, config)
+    await create_config_change_notification(zk, f"topics/{topic}")
+
+
+async def get_config_change_notifications(
+    zk: ZkBridge, watch: Callable[[WatchedEvent], None] | None = None
+) -> list[str]:
+    """The names under /config/changes in sequence order, registering ``watch`` on the children
+    (the path is created first when absent: a watch on a missing node's children is not set)."""
+    children = await zk.get_children(CONFIG_CHANGES_PATH, watch=watch)
+    if children is None:
+        await zk.ensure_path(CONFIG_CHANGES_PATH)
+        children = await zk.get_children(CONFIG_CHANGES_PATH, watch=watch)
+    return sorted(c for c in children or [] if c.startswith(CONFIG_CHANGE_PREFIX))
+
+
+async def get_config_change(zk: ZkBridge, name: str) -> tuple[bytes, int] | None:
+    """A notification's data and creation time (ms), or None when it is gone."""
+    got = await zk.get(config_change_path(name))
+    return None if got is None else (got[0], got[1].ctime)
+
+
+async def get_config_change_ctime(zk: ZkBridge, name: str) -> int | None:
+    stat = await zk.exists(config_change_path(name))
+    return None if stat is None else stat.ctime
+
+
+async def delete_config_change(zk: ZkBridge, name: str) -> None:
+    """Delete one notification; one already gone (another broker purged it) is no error."""
+    with contextlib.suppress(NoNodeError):
+        await zk.delete(config_change_path(name))
 
 
 async def get_controller_id(zk: ZkBridge) -> int:

@@ -266,6 +266,26 @@ def encode_config_change(entity_path: str) -> bytes:
     return _dumps({"version": 2, "entity_path": entity_path})
 
 
+def decode_config_change(data: bytes) -> tuple[str, str]:
+    """A config change notification's (entity type, entity name), e.g. ``("topics", "foo")``:
+    version 2 ``{"entity_path": "topics/foo"}`` or version 1 ``{"entity_type", "entity_name"}``
+    (Kafka's ConfigChangeNotificationHandler). ValueError for anything else."""
+    doc = _loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a config change notification: {data!r}")
+    if doc.get("version") == 2 and isinstance(doc.get("entity_path"), str):
+        entity_type, sep, entity_name = doc["entity_path"].partition("/")
+        if sep and entity_type and entity_name:
+            return entity_type, entity_name
+    elif (
+        doc.get("version") == 1
+        and isinstance(doc.get("entity_type"), str)
+        and isinstance(doc.get("entity_name"), str)
+    ):
+        return doc["entity_type"], doc["entity_name"]
+    raise ValueError(f"not a config change notification: {data!r}")
+
+
 def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> bytes:
     return _dumps(
         {

@@ -68,3 +68,10 @@ def delete_topic_path(topic: str) -> str:
 
 def config_topic_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{topic}"
+
+
+def config_change_path(name: str) -> str:
+    """One config change notification, ``name`` being ``config_change_<seq>`` (Kafka's
+    ConfigEntityChangeNotificationSequenceZNode); :data:`CONFIG_CHANGE_PREFIX` alone is the
+    prefix a sequential create completes."""
+    return f"{CONFIG_CHANGES_PATH}/{name}"

@@ -261,11 +261,15 @@ class LeaderAndIsrHandler:
     async def _log_for(self, topic: str, partition: int, is_new: bool = True) -> Log:
         if topic not in self.rm.topic_overrides:
             overrides = await self.rm.topic_config_source(topic)
-            self.rm.topic_configs[topic] = validate_topic_configs(overrides)
-            self.rm.topic_overrides[topic] = overrides
-        return self.rm.log_manager.get_or_create_log(
-            topic, partition, self.rm.config.log_config(self.rm.topic_overrides[topic]), is_new=is_new
-        )
+            # a config change applied meanwhile (broker/dynamic_config.py) read a newer state: keep it
+            if topic not in self.rm.topic_overrides:
+                self.rm.topic_configs[topic] = validate_topic_configs(overrides)
+                self.rm.topic_overrides[topic] = overrides
+        config = self.rm.config.log_config(self.rm.topic_overrides[topic])
+        log_ = self.rm.log_manager.get_or_create_log(topic, partition, config, is_new=is_new)
+        if log_.config != config:  # loaded from disk with the broker's defaults
+            log_.update_config(config)
+        return log_
 
     async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
         log_ = await self._log_for(partition.topic, partition.partition, is_new)

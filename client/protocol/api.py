@@ -57,6 +57,28 @@ EARLIEST_TIMESTAMP = -2
 NO_LEADER = -1
 
 
+class ConfigResourceType(IntEnum):
+    """DescribeConfigs/AlterConfigs ``resource_type`` (Kafka's ConfigResource.Type, KIP-133)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    BROKER = 4
+
+
+class ConfigSource(IntEnum):
+    """Where a config's value comes from (Kafka's DescribeConfigsResponse.ConfigSource, KIP-226)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
 class InvalidBody(ProtocolError):
     """A request or response body that does not match its schema; the message names the field."""
 
@@ -246,6 +268,28 @@ REQUESTS: dict[ApiKey, Any] = {
         "validate_only": Opt("bool", False),
     },
     ApiKey.DELETE_TOPICS: {"topics": Array("str"), "timeout_ms": Opt("int", 30000)},
+    # KIP-133 (Kafka's DescribeConfigs v1, with KIP-226's synonyms): configuration_keys nil = all.
+    ApiKey.DESCRIBE_CONFIGS: {
+        "resources": Array(
+            {
+                "resource_type": "int",
+                "resource_name": "str",
+                "configuration_keys": Opt(Nullable(Array("str"))),
+            }
+        ),
+        "include_synonyms": Opt("bool", False),
+    },
+    # KIP-133's AlterConfigs: the configs given replace every override of the resource.
+    ApiKey.ALTER_CONFIGS: {
+        "resources": Array(
+            {
+                "resource_type": "int",
+                "resource_name": "str",
+                "configs": Array({"name": "str", "value": Nullable("str")}),
+            }
+        ),
+        "validate_only": Opt("bool", False),
+    },
     # Kafka's InitProducerId v0 (KIP-98; docs/design.md "Idempotent producer"). Only
     # transactional_id = nil (the idempotent producer) is served: there are no transactions.
     ApiKey.INIT_PRODUCER_ID: {
@@ -324,6 +368,40 @@ RESPONSES: dict[ApiKey, Any] = {
     },
     ApiKey.DELETE_TOPICS: {
         "topics": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))})
+    },
+    ApiKey.DESCRIBE_CONFIGS: {
+        "throttle_time_ms": Opt("int", 0),
+        "results": Array(
+            {
+                "error_code": "int",
+                "error_message": Opt(Nullable("str")),
+                "resource_type": "int",
+                "resource_name": "str",
+                "configs": Array(
+                    {
+                        "name": "str",
+                        "value": Nullable("str"),
+                        "read_only": "bool",
+                        "config_source": "int",
+                        "is_sensitive": "bool",
+                        "synonyms": Opt(
+                            Array({"name": "str", "value": Nullable("str"), "source": "int"}), []
+                        ),
+                    }
+                ),
+            }
+        ),
+    },
+    ApiKey.ALTER_CONFIGS: {
+        "throttle_time_ms": Opt("int", 0),
+        "responses": Array(
+            {
+                "error_code": "int",
+                "error_message": Opt(Nullable("str")),
+                "resource_type": "int",
+                "resource_name": "str",
+            }
+        ),
     },
     ApiKey.INIT_PRODUCER_ID: {
         "throttle_time_ms": Opt("int", 0),

@@ -26,7 +26,9 @@ from cli import perf, topics
 from cli.common import BOOTSTRAP_ENV, CliError, client_kwargs, resolve_bootstrap, run
 from cli.main import build_cli
 from cli.produce import split_key
+from client.protocol.api import ConfigSource
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import Config, ConfigEntry, ConfigResource
 from devcluster.ports import free_port
 
 
@@ -148,6 +150,7 @@ class FakeClient:
     seeks: list[tuple[str, Any]] = field(default_factory=list)
     descriptions: list[Any] = field(default_factory=list)
     live: list[int] = field(default_factory=lambda: [1, 2, 3])
+    overrides: dict[str, dict[str, str]] = field(default_factory=dict)  # topic -> its overrides
 
 
 @pytest.fixture
@@ -240,12 +243,21 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
         async def delete_topics(self, names):
             return {name: None for name in names}
 
+        async def describe_configs(self, resources, include_synonyms=False) -> dict[Any, Any]:
+            dynamic = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            return {
+                r: Config(
+                    tuple(ConfigEntry(k, v, dynamic) for k, v in state.overrides.get(r.name, {}).items())
+                )
+                for r in resources
+            }
+
     TopicPartition = __import__("collections").namedtuple("TopicPartition", "topic partition")
     for name, attrs in {
         "client.producer": {"Producer": Producer},
         "client.consumer": {"Consumer": Consumer},
         "client.admin": {"AdminClient": AdminClient},
-        "client.types": {"TopicPartition": TopicPartition},
+        "client.types": {"TopicPartition": TopicPartition, "ConfigResource": ConfigResource},
     }.items():
         module = types.ModuleType(name)
         module.__dict__.update(attrs)
@@ -359,12 +371,14 @@ DESCRIPTIONS = [
 
 def test_describe_prints_kafkas_format(fake: FakeClient) -> None:
     fake.descriptions = DESCRIPTIONS
+    fake.overrides = {"orders": {"retention.ms": "1000", "min.insync.replicas": "2"}}
     result = invoke("topics", "describe", "--bootstrap-server", "h:1")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
         "Topic: audit\tTopicId: -\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: ",
         "\tTopic: audit\tPartition: 0\tLeader: none\tReplicas: 3\tIsr: 3",
-        "Topic: orders\tTopicId: -\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: ",
+        "Topic: orders\tTopicId: -\tPartitionCount: 2\tReplicationFactor: 3\t"
+        "Configs: min.insync.replicas=2,retention.ms=1000",
         "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3",
         "\tTopic: orders\tPartition: 1\tLeader: 2\tReplicas: 2,3,1\tIsr: 2,3",
     ]

@@ -1,0 +1,247 @@
+"""DescribeConfigs and AlterConfigs at the broker (Kafka 2.x's AdminManager.describeConfigs and
+alterConfigs, KIP-133, with KIP-226's config sources and synonyms; docs/design.md "Topic configs").
+
+Describe, for a TOPIC: every topic-level config with its effective value and where it comes
+from, the highest-precedence source first in ``synonyms``: the topic's override in
+/config/topics/<t> (DYNAMIC_TOPIC_CONFIG), the broker key's value in server.properties
+(STATIC_BROKER_CONFIG), else the broker key's default (DEFAULT_CONFIG), named as Kafka names them
+(``retention.ms`` falls back to ``log.retention.ms`` then ``log.retention.hours``). For a BROKER,
+this broker's own static config, read-only (there are no dynamic broker configs here).
+
+Alter, for a TOPIC only: Kafka's non-incremental semantics, the request's set replaces every
+override of the topic. Validated as at creation (``validate_topic_configs``: an unknown name or a
+bad value is INVALID_CONFIG and nothing is written); then /config/topics/<t> and a
+/config/changes notification (zk/client.py ``change_topic_config``), which every broker's
+:mod:`broker.dynamic_config` applies to its logs of the topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from broker.config import (
+    BROKER_PROPERTIES,
+    TOPIC_TO_BROKER,
+    BrokerConfig,
+    ConfigError,
+    validate_topic_configs,
+)
+from client.protocol.api import ConfigResourceType, ConfigSource
+from client.protocol.errors import ErrorCode, KafkaError
+from controller.topic_admin import validate_topic_name
+from zk.bridge import ZkBridge
+from zk.client import change_topic_config, get_topic_config, topic_exists
+
+log = logging.getLogger(__name__)
+
+#: Topic config -> the broker keys that supply its default, highest precedence first (Kafka's
+#: LogConfig synonyms: ``log.retention.ms`` wins over ``log.retention.hours``).
+TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {
+    **{topic_key: (broker_key,) for topic_key, broker_key in TOPIC_TO_BROKER.items()},
+    "retention.ms": ("log.retention.ms", "log.retention.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+}
+
+
+def format_value(value: Any) -> str:
+    """A config value as Kafka prints it: ``true``/``false``, lists comma-separated."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _synonym(name: str, value: str | None, source: ConfigSource) -> dict:
+    return {"name": name, "value": value, "source": int(source)}
+
+
+def topic_config_synonyms(config: BrokerConfig, name: str, overrides: Mapping[str, str]) -> list[dict]:
+    """Where topic config ``name``'s value may come from, highest precedence first: its override,
+    each broker synonym set in server.properties, and the last synonym's default."""
+    out = []
+    if name in overrides:
+        try:
+            value = format_value(validate_topic_configs({name: overrides[name]})[name])
+        except ConfigError:
+            value = overrides[name]  # written by hand, past validation: shown as stored
+        out.append(_synonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+    broker_keys = TOPIC_SYNONYMS[name]
+    for key in broker_keys:
+        if key in config.given:
+            out.append(_synonym(key, format_value(config[key]), ConfigSource.STATIC_BROKER_CONFIG))
+    default_key = broker_keys[-1]
+    out.append(
+        _synonym(
+            default_key, format_value(BROKER_PROPERTIES[default_key].default), ConfigSource.DEFAULT_CONFIG
+        )
+    )
+    return out
+
+
+def topic_config_entries(
+    config: BrokerConfig,
+    overrides: Mapping[str, str],
+    keys: Collection[str] | None = None,
+    include_synonyms: bool = False,
+) -> list[dict]:
+    """DescribeConfigs' entries for a topic with these overrides: every topic-level config (only
+    ``keys`` when given), sorted by name. The value is the effective one: the override's, else
+    the broker's (a static ``log.retention.hours`` shows as ``retention.ms`` in milliseconds)."""
+    entries = []
+    for name in sorted(TOPIC_SYNONYMS):
+        if keys is not None and name not in keys:
+            continue
+        synonyms = topic_config_synonyms(config, name, overrides)
+        top = synonyms[0]
+        if top["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG:
+            value = top["value"]
+        else:
+            value = format_value(config[TOPIC_TO_BROKER[name]])
+        entries.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": False,
+                "config_source": top["source"],
+                "is_sensitive": False,
+                "synonyms": synonyms if include_synonyms else [],
+            }
+        )
+    return entries
+
+
+def broker_config_entries(
+    config: BrokerConfig, keys: Collection[str] | None = None, include_synonyms: bool = False
+) -> list[dict]:
+    """DescribeConfigs' entries for this broker: every broker property, read-only (changing one
+    takes a restart), STATIC_BROKER_CONFIG when set (or derived from a key that was set)."""
+    explicit = config.explicit()
+    entries = []
+    for name in sorted(BROKER_PROPERTIES):
+        if keys is not None and name not in keys:
+            continue
+        source = ConfigSource.STATIC_BROKER_CONFIG if name in explicit else ConfigSource.DEFAULT_CONFIG
+        value = format_value(config[name])
+        synonyms = [_synonym(name, value, source)]
+        if source == ConfigSource.STATIC_BROKER_CONFIG:
+            synonyms.append(
+                _synonym(name, format_value(BROKER_PROPERTIES[name].default), ConfigSource.DEFAULT_CONFIG)
+            )
+        entries.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": True,
+                "config_source": int(source),
+                "is_sensitive": False,
+                "synonyms": synonyms if include_synonyms else [],
+            }
+        )
+    return entries
+
+
+def _result(resource: dict, error: KafkaError | None, **extra: Any) -> dict:
+    return {
+        "error_code": int(error.code) if error else int(ErrorCode.NONE),
+        "error_message": error.message if error else None,
+        "resource_type": resource["resource_type"],
+        "resource_name": resource["resource_name"],
+        **extra,
+    }
+
+
+def _check_broker_name(config: BrokerConfig, name: str) -> None:
+    """A BROKER resource must name this broker: each broker describes its own static config."""
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name!r}"
+        ) from None
+    if broker_id != config.broker_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {config.broker_id} but received {broker_id}: "
+            "send a broker's DescribeConfigs to that broker",
+        )
+
+
+async def _existing_topic(zk: ZkBridge, name: str) -> None:
+    validate_topic_name(name)
+    if not await topic_exists(zk, name):
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+
+
+async def describe_configs(zk: ZkBridge, config: BrokerConfig, body: dict) -> dict:
+    """The DescribeConfigs response for a validated request body."""
+    results = []
+    for resource in body["resources"]:
+        keys = resource["configuration_keys"]
+        keys = None if keys is None else set(keys)
+        try:
+            kind, name = resource["resource_type"], resource["resource_name"]
+            if kind == ConfigResourceType.TOPIC:
+                await _existing_topic(zk, name)
+                overrides = await get_topic_config(zk, name)
+                configs = topic_config_entries(config, overrides, keys, body["include_synonyms"])
+            elif kind == ConfigResourceType.BROKER:
+                _check_broker_name(config, name)
+                configs = broker_config_entries(config, keys, body["include_synonyms"])
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+        except KafkaError as exc:
+            results.append(_result(resource, exc, configs=[]))
+        except Exception as exc:
+            log.exception("Error processing describe configs request for resource %s", resource)
+            results.append(
+                _result(resource, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)), configs=[])
+            )
+        else:
+            results.append(_result(resource, None, configs=configs))
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def alter_configs(zk: ZkBridge, body: dict) -> dict:
+    """The AlterConfigs response for a validated request body (topics only)."""
+    responses = []
+    for resource in body["resources"]:
+        try:
+            await _alter(zk, resource, body["validate_only"])
+        except KafkaError as exc:
+            responses.append(_result(resource, exc))
+        except Exception as exc:
+            log.exception("Error processing alter configs request for resource %s", resource)
+            responses.append(_result(resource, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
+        else:
+            responses.append(_result(resource, None))
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+async def _alter(zk: ZkBridge, resource: dict, validate_only: bool) -> None:
+    kind, name = resource["resource_type"], resource["resource_name"]
+    if kind == ConfigResourceType.BROKER:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            "Dynamic broker configs are not supported: change server.properties and restart the broker",
+        )
+    if kind != ConfigResourceType.TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"AlterConfigs is only supported for topics, but resource type is {kind}",
+        )
+    nulls = [c["name"] for c in resource["configs"] if c["value"] is None]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")
+    configs = {c["name"]: c["value"] for c in resource["configs"]}
+    await _existing_topic(zk, name)
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if validate_only:
+        return
+    await change_topic_config(zk, name, configs)
+    log.info("Updated the config overrides of topic %s: %s", name, configs)
