@@ -295,7 +295,7 @@ def _run(
         with timings.measure("read_segments"):
             # The narrow rows (digests as two longs, no keys or timestamps: no check reads them),
             # decoded once into Parquet that every check then scans (verify/staging.py).
-            replica_rows, _ = staging.stage(
+            replica_rows = staging.stage(
                 spark,
                 SegmentsReader(list(log_dirs), topics, NARROW_SEGMENTS_DDL, str(timings.progress_dir)),
                 NARROW_SEGMENTS_DDL,
@@ -308,7 +308,7 @@ def _run(
     if bootstrap:
         say(f"reading the committed log of {topic_list} from the cluster")
         with timings.measure("read_committed"):
-            committed, _ = staging.stage(
+            committed = staging.stage(
                 spark,
                 CommittedReader(
                     bootstrap,

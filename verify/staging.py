@@ -57,9 +57,9 @@ def _write_partition(reader: DataSourceReader, index: int, partition: InputParti
     return rows
 
 
-def stage(spark: Any, reader: DataSourceReader, ddl: str, stage_dir: Path) -> tuple[Any, int]:
+def stage(spark: Any, reader: DataSourceReader, ddl: str, stage_dir: Path) -> Any:
     """Every partition of ``reader`` written to Parquet under ``stage_dir`` (emptied first) by one
-    Spark task each; the DataFrame over those files (schema ``ddl``) and the number of rows."""
+    Spark task each; the DataFrame over those files (schema ``ddl``)."""
     if stage_dir.exists():
         shutil.rmtree(stage_dir)
     stage_dir.mkdir(parents=True)
@@ -73,8 +73,8 @@ def stage(spark: Any, reader: DataSourceReader, ddl: str, stage_dir: Path) -> tu
             .collect()
         )
     if rows == 0:
-        return spark.createDataFrame([], ddl), 0
-    return spark.read.schema(ddl).parquet(target), rows
+        return spark.createDataFrame([], ddl)
+    return spark.read.schema(ddl).parquet(target)
 
 
 def remove(stage_dir: Path) -> None:

@@ -112,6 +112,24 @@ def test_up_is_healthy_and_idempotent(cluster):
     assert "an engine already answers" in again.stdout
 
 
+def consume_events() -> subprocess.CompletedProcess:
+    """The CLI on the host reads topic ``events`` from the beginning (10,000 records at most)."""
+    return run(
+        [
+            *CLI,
+            "consume",
+            "--topic",
+            "events",
+            "--from-beginning",
+            "--max-messages",
+            "10000",
+            "--timeout-ms",
+            "60000",
+        ],
+        timeout=300,
+    )
+
+
 def test_the_host_cli_produces_and_consumes_10000_records(cluster):
     run(
         [
@@ -132,20 +150,7 @@ def test_the_host_cli_produces_and_consumes_10000_records(cluster):
     )
     records = [f"record-{i}" for i in range(10_000)]
     run([*CLI, "produce", "--topic", "events", "--acks", "all"], input="\n".join(records) + "\n", timeout=300)
-    done = run(
-        [
-            *CLI,
-            "consume",
-            "--topic",
-            "events",
-            "--from-beginning",
-            "--max-messages",
-            "10000",
-            "--timeout-ms",
-            "60000",
-        ],
-        timeout=300,
-    )
+    done = consume_events()
     consumed = done.stdout.splitlines()
     assert len(consumed) == 10_000 and sorted(consumed) == sorted(records)
 
@@ -169,20 +174,7 @@ def test_a_brokers_data_survives_compose_stop_and_start(cluster):
     for path, size in before.items():
         assert after.get(path, -1) >= size, (path, size, after.get(path))
     # and the restarted broker serves them: read one partition it leads or follows, from the host
-    done = run(
-        [
-            *CLI,
-            "consume",
-            "--topic",
-            "events",
-            "--from-beginning",
-            "--max-messages",
-            "10000",
-            "--timeout-ms",
-            "60000",
-        ],
-        timeout=300,
-    )
+    done = consume_events()
     assert len(done.stdout.splitlines()) == 10_000
 
 

@@ -9,12 +9,9 @@ Every wait polls with a deadline.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -29,6 +26,7 @@ from client.types import TopicPartition
 from devcluster.cluster import LocalCluster
 from devcluster.ports import HOST
 from tests.integration.cluster_fixtures import start_cluster
+from tests.integration.failover_helpers import eventually
 from zk.bridge import ZkBridge
 from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
 from zk.paths import ISR_CHANGE_NOTIFICATION_PATH, partition_state_path
@@ -50,18 +48,6 @@ def cluster(tmp_path_factory):
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    pytest.fail(f"{what} not seen within {timeout:g}s (last: {last!r})")
 
 
 def zk_state(zk: KazooClient, topic: str) -> dict:
@@ -142,7 +128,7 @@ async def create_topic(cluster: LocalCluster, zk: KazooClient, topic: str) -> di
             parts = body["topics"][0]["partitions"] if body["topics"] else []
             return bool(parts) and parts[0]["leader"] == state["leader"]
 
-        await eventually(leader_knows, 10.0, f"broker {state['leader']} leads {topic}-0")
+        await eventually(leader_knows, f"broker {state['leader']} leads {topic}-0", timeout=10.0)
     finally:
         conn.close()
     return state
@@ -220,8 +206,8 @@ async def test_paused_follower_leaves_the_isr_and_rejoins_after_it_resumes(clust
             # the controller hears of it through /isr_change_notification and sends UpdateMetadata
             await eventually(
                 lambda: _isr_is(admin, topic, survivors),
-                PROPAGATE_WITHIN_S,
                 f"metadata ISR {sorted(survivors)}",
+                timeout=PROPAGATE_WITHIN_S,
             )
             assert (await produce(conn, topic, b"still", acks=-1))["error_code"] == ErrorCode.NONE
         finally:
@@ -230,10 +216,12 @@ async def test_paused_follower_leaves_the_isr_and_rejoins_after_it_resumes(clust
         async def rejoined() -> bool:
             return set(zk_state(zk, topic)["isr"]) == {1, 2, 3}
 
-        await eventually(rejoined, SHRINK_WITHIN_S, "the resumed follower back in the ZooKeeper ISR")
+        await eventually(rejoined, "the resumed follower back in the ZooKeeper ISR", timeout=SHRINK_WITHIN_S)
         expands = state_changes(cluster, leader, "IsrExpand", topic)
         assert any(e["replicas"] == [victim] and e["outcome"] == "written" for e in expands), expands
-        await eventually(lambda: _isr_is(admin, topic, {1, 2, 3}), PROPAGATE_WITHIN_S, "metadata ISR 1,2,3")
+        await eventually(
+            lambda: _isr_is(admin, topic, {1, 2, 3}), "metadata ISR 1,2,3", timeout=PROPAGATE_WITHIN_S
+        )
         high_watermark, records = await consume(conn, topic)
         assert [v for _, v in records] == [b"before", b"during", b"still"] and high_watermark == 3
     finally:
@@ -284,7 +272,7 @@ async def test_without_enough_replicas_acks_all_is_refused_and_unreplicated_reco
         async def full_isr() -> bool:
             return set(zk_state(zk, topic)["isr"]) == {1, 2, 3}
 
-        await eventually(full_isr, SHRINK_WITHIN_S, "both followers back in the ISR")
+        await eventually(full_isr, "both followers back in the ISR", timeout=SHRINK_WITHIN_S)
         assert (await produce(conn, topic, b"after", acks=-1))["error_code"] == ErrorCode.NONE
         _, records = await consume(conn, topic)
         assert [v for _, v in records] == [b"committed", b"unreplicated", b"parked", b"after"]

@@ -12,17 +12,15 @@ and a partition it leads is LEADER_NOT_AVAILABLE. ZooKeeper is the session's rea
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -35,6 +33,7 @@ from client.protocol.records import build_batch
 from devcluster.ports import free_port
 from devcluster.processes import launch_broker
 from devcluster.zookeeper import ZooKeeperProcess
+from tests.integration.failover_helpers import eventually
 from zk.paths import BROKER_IDS_PATH, broker_id_path
 
 HOST = "127.0.0.1"
@@ -124,17 +123,6 @@ def cluster(zookeeper: ZooKeeperProcess, tmp_path_factory: pytest.TempPathFactor
                     broker.process.wait(5)
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    pytest.fail(f"{what} not seen within {timeout:g}s (last: {last!r})")
-
-
 async def metadata(broker: Broker, listener: str, topics: list[str] | None = None) -> dict:
     host, port = broker.advertised()[listener]
     conn = await BrokerConnection.open(host, port, "test-listeners")
@@ -161,7 +149,7 @@ async def test_metadata_answers_with_the_endpoints_of_the_listener_it_arrived_on
                 body = await metadata(asked, listener)
                 return body if len(body["brokers"]) == len(BROKERS) else None
 
-            body = await eventually(every_broker_seen, 15, f"3 brokers in Metadata on {listener}")
+            body = await eventually(every_broker_seen, f"3 brokers in Metadata on {listener}", timeout=15)
             got = {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]}
             assert got == {b.id: b.advertised()[listener] for b in brokers.values()}, (listener, asked.id)
 
@@ -218,7 +206,7 @@ async def test_replication_and_the_controller_use_the_inter_broker_listener(clus
         isr = body["topics"][0]["partitions"][0]["isr"]
         return isr if sorted(isr) == list(BROKERS) else None
 
-    await eventually(full_isr, 15, "the ISR of replicated-0 full")
+    await eventually(full_isr, "the ISR of replicated-0 full", timeout=15)
     others = {p for b in brokers.values() for name, p in b.ports.items() if name != "INTERNAL"}
     for broker in brokers.values():
         remote = established_remote_ports(broker.process.pid)
@@ -237,7 +225,7 @@ async def test_a_broker_without_the_listener_is_left_out_of_that_listeners_metad
         parts = {p["partition"]: p["leader"] for p in body["topics"][0]["partitions"]}
         return parts if len(parts) == 3 and all(leader >= 0 for leader in parts.values()) else None
 
-    led = await eventually(leaders, 15, "leaders of spread")
+    led = await eventually(leaders, "leaders of spread", timeout=15)
     assert 3 in led.values(), f"broker 3 leads no partition of spread: {led}"
     body = await metadata(brokers[1], "EXTRA", ["spread"])
     assert {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]} == {

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -26,6 +24,7 @@ from client.protocol.records import build_batch
 from client.types import ConfigResource
 from devcluster.ports import HOST
 from tests.integration.cluster_fixtures import start_cluster
+from tests.integration.failover_helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -42,17 +41,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     c.down()
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    pytest.fail(f"{what} not seen within {timeout:g}s (last: {last!r})")
 
 
 async def produce(conn: BrokerConnection, value: bytes) -> dict:
@@ -84,7 +72,7 @@ async def test_overrides_reach_the_leader_and_describe_names_their_source(cluste
         (description,) = await admin.describe_topics([TOPIC])
         leader = description.partitions[0].leader
         await eventually(
-            lambda: _full_isr(admin), 10, "a full ISR"
+            lambda: _full_isr(admin), "a full ISR", timeout=10
         )  # acks=all with min.insync.replicas=1 works first
         conn = await BrokerConnection.open(HOST, cluster.state.brokers[leader].port, "test-configs")
         try:
@@ -94,7 +82,7 @@ async def test_overrides_reach_the_leader_and_describe_names_their_source(cluste
             assert stored(zk) == {"version": 1, "config": {"min.insync.replicas": "4"}}
             assert any(c.startswith("config_change_") for c in zk.get_children("/config/changes"))
             refused = await eventually(
-                lambda: _error_is(conn, ErrorCode.NOT_ENOUGH_REPLICAS), 10, "NOT_ENOUGH_REPLICAS"
+                lambda: _error_is(conn, ErrorCode.NOT_ENOUGH_REPLICAS), "NOT_ENOUGH_REPLICAS", timeout=10
             )
             assert "min.insync.replicas=4" in (refused["error_message"] or "")
 
@@ -116,14 +104,16 @@ async def test_overrides_reach_the_leader_and_describe_names_their_source(cluste
             # max.message.bytes reaches the log itself (LogConfig), not only the replica manager
             await admin.alter_configs({RESOURCE: {"max.message.bytes": "200"}})
             assert stored(zk)["config"] == {"max.message.bytes": "200"}
-            await eventually(lambda: _error_is(conn, ErrorCode.NONE), 10, "acks=all accepted again")
+            await eventually(lambda: _error_is(conn, ErrorCode.NONE), "acks=all accepted again", timeout=10)
             big = await eventually(
-                lambda: _error_is(conn, ErrorCode.MESSAGE_TOO_LARGE, b"x" * 1000), 10, "MESSAGE_TOO_LARGE"
+                lambda: _error_is(conn, ErrorCode.MESSAGE_TOO_LARGE, b"x" * 1000),
+                "MESSAGE_TOO_LARGE",
+                timeout=10,
             )
             assert big["error_code"] == ErrorCode.MESSAGE_TOO_LARGE
             await admin.alter_configs({RESOURCE: {}})
             await eventually(
-                lambda: _error_is(conn, ErrorCode.NONE, b"x" * 1000), 10, "a large batch accepted"
+                lambda: _error_is(conn, ErrorCode.NONE, b"x" * 1000), "a large batch accepted", timeout=10
             )
             configs = (await admin.describe_configs([RESOURCE]))[RESOURCE]
             assert configs.values(ConfigSource.DYNAMIC_TOPIC_CONFIG) == {}
@@ -270,5 +260,5 @@ async def test_a_restarted_broker_applies_the_overrides_to_the_logs_it_loads(clu
             else None
         )
 
-    refused = await eventually(answer, 20, "the restarted broker's answer as leader")
+    refused = await eventually(answer, "the restarted broker's answer as leader", timeout=20)
     assert refused["error_code"] == ErrorCode.MESSAGE_TOO_LARGE, refused
