@@ -213,8 +213,7 @@ class BrokerServer:
     async def _handle_log_dir_failure(self, log_dir: Path) -> None:
         """Kafka's ReplicaManager.handleLogDirFailure: stop serving the dir's partitions, halt if
         no dir is left, else tell the controller, which moves their leadership and ISR membership."""
-        partitions = self.log_manager.handle_log_dir_failure(log_dir)
-        self.replica_manager.handle_log_dir_failure(partitions)
+        await self.replica_manager.handle_log_dir_failure(log_dir)  # serialised with LeaderAndIsr
         if not self.log_manager.online_log_dirs:
             await self._close_zk_before_halt()
             self._halt_all_log_dirs_failed()

@@ -134,8 +134,10 @@ class DelayedFetch(DelayedOperation):
             if fetch_offset > end or fetch_offset < log_.log_start_offset:
                 return self.force_complete()  # out of range: answer with the error now
             if is_follower and log_.high_watermark != status.high_watermark:
-                # the HW moved; a follower learns its new HW from the answer
-                # now, not up to replica.fetch.wait.max.ms later (Kafka's DelayedFetch case H).
+                # The HW moved: answer the follower now, so it learns the new HW at once rather
+                # than up to replica.fetch.wait.max.ms later. This is floodmark's own rule, not
+                # Kafka's: Kafka's DelayedFetch never completes a follower fetch because the HW
+                # moved (its case H is the diverging-epoch check); see docs/design.md "Long-poll fetch".
                 return self.force_complete()
             if end > fetch_offset:
                 available += _estimate_bytes(log_, fetch_offset, end, status.fetch["partition_max_bytes"])

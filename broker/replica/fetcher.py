@@ -138,7 +138,13 @@ class ReplicaFetcher:
                 raise
             except KafkaError as exc:
                 if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
-                    continue  # a log dir went offline while truncating: its partitions go next round
+                    # A log dir went offline under us (truncating, or out-of-range handling): its
+                    # partitions leave now, and the loop yields and backs off like any error path,
+                    # so the broker's log-dir failure handling (queued on this loop) gets to run.
+                    log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+                    self._drop_offline()
+                    await asyncio.sleep(backoff)
+                    continue
                 log.info("%s: %s; retrying in %.1fs", self.name, exc, backoff)
                 self._drop_connection()
                 await asyncio.sleep(backoff)
@@ -175,10 +181,17 @@ class ReplicaFetcher:
         )
 
     def _drop_offline(self) -> None:
-        """KIP-112: a partition whose log dir went offline is fetched no more."""
-        for tp in [tp for tp in self.partitions if tp in self.rm.offline_partitions]:
+        """KIP-112: a partition whose log dir went offline is fetched no more. The log says so at
+        once; ``offline_partitions`` only once the broker's failure handling has run."""
+        for tp in [tp for tp in self.partitions if self._offline(tp)]:
             log.warning("%s: %s-%s is on an offline log dir; no longer fetching it", self.name, *tp)
             self.partitions.pop(tp, None)
+
+    def _offline(self, tp: TopicPartition) -> bool:
+        if tp in self.rm.offline_partitions:
+            return True
+        log_ = self.rm.get_log(tp)
+        return log_ is not None and log_.is_offline
 
     async def _connect(self) -> LeaderConnection:
         if self._connection is None or not self._connection.is_open:

@@ -25,7 +25,14 @@ The decisions (who is out of sync, who may rejoin, what the new ISR is) come fro
   "read the znode": if it holds exactly what we wrote (leader, leader epoch, ISR, controller
   epoch) the write is ours and is adopted with the znode's zkVersion, otherwise another writer
   moved the znode on and, as in Kafka, the ISR stays as it was until the controller's
-  LeaderAndIsr. While ZooKeeper stays unreachable the change stays pending
+  LeaderAndIsr.
+* **A refused write stays pending** (Kafka 2.7+ on INVALID_UPDATE_VERSION): BADVERSION does not
+  prove ZooKeeper never held the change (our first send may have landed, its answer lost, and
+  the controller rewritten the znode from it since; the bridge's own transparent resend can
+  turn a landed write into BADVERSION). So the change's replicas keep counting in the HW, it is
+  not re-sent, and no other ISR change is proposed until a LeaderAndIsr supersedes it: the HW
+  never passes a replica that any ISR ZooKeeper may hold lists.
+* While ZooKeeper stays unreachable the change stays pending
   (:meth:`Partition.defer_isr_update`): the HW keeps counting its replicas (KIP-497's maximal
   ISR), no other ISR change is proposed, and each isr-expiration tick tries to settle it again.
 * After a change the replica manager re-evaluates the HW and wakes the purgatories (parked
@@ -262,9 +269,10 @@ class IsrManager:
                 "outcome": text,
             }
         )
-        # The maximal ISR changed when the ISR did, or when a joiner is no longer pending: the HW
-        # may move and parked requests may complete.
-        if applied or (outcome.known and change.kind is IsrChangeKind.EXPAND):
+        # The ISR changed: the HW may move and parked requests may complete. (A refused or
+        # unknown change stays pending, so the maximal ISR is unchanged; a superseded one was
+        # cleared by the LeaderAndIsr, which re-evaluated the HW itself.)
+        if applied:
             self.on_isr_changed(partition)
         return applied
 

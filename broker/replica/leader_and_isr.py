@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol
 
 from broker.config import BrokerConfig, validate_topic_configs
@@ -244,6 +245,18 @@ class LeaderAndIsrHandler:
         return ErrorCode.KAFKA_STORAGE_ERROR
 
     # -- KIP-112 (Kafka's ReplicaManager.handleLogDirFailure) -------------------------------------
+
+    async def fail_log_dir(self, log_dir: Path) -> list[TopicPartition]:
+        """A log dir went offline: take its logs and partitions offline, serialised with
+        LeaderAndIsr and StopReplica (Kafka holds replicaStateChangeLock here too). A LeaderAndIsr
+        suspended in a ZooKeeper read finishes first, against the logs as they are (an offline
+        log fails its role change with KAFKA_STORAGE_ERROR); it can never resume afterwards and
+        act on a partition that left, or create its log afresh in another dir. Returns the
+        partitions taken offline."""
+        async with self._state_change_lock:
+            partitions = self.rm.log_manager.handle_log_dir_failure(log_dir)
+            self.handle_log_dir_failure(partitions)
+            return partitions
 
     def handle_log_dir_failure(self, partitions: list[TopicPartition]) -> None:
         """Stop serving ``partitions`` (their log dir is offline): no fetcher, no leadership,

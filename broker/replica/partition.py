@@ -131,6 +131,11 @@ class Partition:
     #: The ISR change proposed and not yet known to be applied or rejected (Kafka's
     #: PendingExpandIsr / PendingShrinkIsr): while set, the HW counts its replicas too.
     pending_isr_change: IsrChange | None = None
+    #: The pending change's write was refused (BADVERSION): ZooKeeper may still list its replicas
+    #: (a resend after a lost answer can see its own landed write refused, and the znode may have
+    #: moved on from it since), so it stays pending until a LeaderAndIsr (Kafka 2.7+ on
+    #: INVALID_UPDATE_VERSION); it is not resent, and no other ISR change is proposed meanwhile.
+    pending_isr_rejected: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -150,7 +155,11 @@ class Partition:
     @property
     def isr_update_unsettled(self) -> bool:
         """A change's write ended with its outcome unknown and must be settled again."""
-        return self.pending_isr_change is not None and not self.isr_update_in_flight
+        return (
+            self.pending_isr_change is not None
+            and not self.isr_update_in_flight
+            and not self.pending_isr_rejected
+        )
 
     # -- role changes (Kafka's ReplicaManager.becomeLeaderOrFollower: makeLeaders / makeFollowers) ---
 
@@ -187,6 +196,7 @@ class Partition:
         self.zk_version = state.zk_version
         self.assigned_replicas = state.replicas
         self.pending_isr_change = None  # the controller's word is newer than any write of ours
+        self.pending_isr_rejected = False
 
     # -- leader side: follower fetches and the high watermark (Kafka's updateFollowerFetchState) -----
 
@@ -298,6 +308,7 @@ class Partition:
         pending: from now on ZooKeeper may hold it, so the HW counts its replicas."""
         self.isr_update_in_flight = True
         self.pending_isr_change = change
+        self.pending_isr_rejected = False
 
     def resume_isr_update(self, change: IsrChange) -> bool:
         """Start settling again the pending ``change`` whose outcome is unknown; False when it is
@@ -309,14 +320,22 @@ class Partition:
 
     def complete_isr_update(self, change: IsrChange, written_zk_version: int | None) -> bool:
         """Apply a finished ISR write. ``written_zk_version`` is the state znode's new version, or
-        None when the conditional write failed (BADVERSION, no znode): then the in-memory ISR
-        stays as it was. A result is also dropped when a LeaderAndIsr moved the partition on
-        meanwhile (another epoch or zkVersion, or no longer leader): the controller's word is
-        newer. Either way the change is no longer pending. Returns True when the ISR changed."""
+        None when the conditional write was refused (BADVERSION, no znode): then the in-memory ISR
+        stays as it was, and the change stays pending (its replicas keep counting in the HW) until
+        a LeaderAndIsr supersedes it, because a refusal does not prove ZooKeeper never held it: a
+        resend after a lost answer is refused when the first send landed and the controller
+        rewrote the znode since (Kafka 2.7+ keeps PendingExpandIsr / PendingShrinkIsr after
+        INVALID_UPDATE_VERSION and waits for LeaderAndIsr). A result is dropped when a LeaderAndIsr
+        moved the partition on meanwhile (another epoch or zkVersion, or no longer leader): the
+        controller's word is newer. Returns True when the ISR changed."""
         self.isr_update_in_flight = False
+        if written_zk_version is None:
+            if self.pending_isr_change == change:
+                self.pending_isr_rejected = True
+            return False
         if self.pending_isr_change == change:
             self.pending_isr_change = None
-        if written_zk_version is None or self._moved_on(change):
+        if self._moved_on(change):
             return False
         self.isr = frozenset(change.new_isr)
         self.zk_version = written_zk_version

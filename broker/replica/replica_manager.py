@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -144,8 +145,9 @@ class ReplicaManager:
     async def stop_replicas(self, body: dict) -> dict:
         return await self.state_changes.stop_replicas(body)
 
-    def handle_log_dir_failure(self, partitions: list[TopicPartition]) -> None:
-        self.state_changes.handle_log_dir_failure(partitions)
+    async def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """KIP-112: ``log_dir`` went offline; returns the partitions it took offline."""
+        return await self.state_changes.fail_log_dir(log_dir)
 
     # -- high watermark (Kafka's Partition.maybeIncrementLeaderHW) ---------------------------------
 

@@ -17,6 +17,7 @@ replication proceeding.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from client.protocol.api import LATEST_TIMESTAMP, ApiKey
 from tests.scenarios.fetcher_net import (
     BACKOFF_MS,
     TOPIC,
+    WAIT_S,
     Broker,
     Hold,
     Net,
@@ -240,3 +242,59 @@ async def test_leader_on_a_new_port_keeps_all_its_partitions_fetched(net: Net, t
     await eventually(lambda: caught_up(f, 0, 2) and caught_up(f, 1, 2), lambda: f.describe(1))
     for p in (0, 1):
         assert_identical_below_hw(a, f, p)
+
+
+# -- issue 18 window 2: a log dir fails under the fetcher (KIP-112; Kafka's fetcher thread backs off) --
+
+
+class Spinning(BaseException):
+    """Raised into the fetcher's loop by the test once it has gone round too often without the
+    loop running anything else: it ends the task instead of hanging the test."""
+
+
+async def test_a_log_dir_failing_under_the_fetcher_does_not_spin_its_loop(net: Net, tmp_path: Path) -> None:
+    """F follows partition 0 from A; while its FETCH is in flight a LeaderAndIsr adds partition
+    1, new and empty, to the same fetcher, and F's only log dir fails (an EIO elsewhere: the dir
+    is marked offline at once, and the broker's handling is queued on the loop with
+    call_soon_threadsafe, as broker/server.py does). The answer's append to partition 0 gets
+    KAFKA_STORAGE_ERROR; the next round's truncation of partition 1 (``truncate_to(0)``, no await
+    on that path) raises from the offline log. The loop must yield, back off and drop both
+    partitions, so the queued handler runs.
+
+    Failed before the fix: the loop went round 1,000 times without an await (``Spinning``): the
+    ``continue`` on KAFKA_STORAGE_ERROR never suspended, and ``_drop_offline`` waited for
+    ``offline_partitions``, which only the never-running handler fills."""
+    a, f = Broker(net, 1, tmp_path), Broker(net, 2, tmp_path)
+    await a.leader_and_isr(0, a, 0, isr=[1, 2], replicas=[1, 2])
+    await f.leader_and_isr(0, a, 0, isr=[1, 2], replicas=[1, 2])
+    a.produce(0, b"m0")
+    await eventually(lambda: caught_up(f, 0, 1), lambda: f.describe(0))
+    await a.leader_and_isr(1, a, 0, isr=[1, 2], replicas=[1, 2])
+
+    handled: list[Path] = []
+    channel = f.rm.log_manager.failure_channel
+    loop = asyncio.get_running_loop()
+    channel.add_listener(lambda d, _msg: loop.call_soon_threadsafe(handled.append, d))
+    fetcher = f.fetchers.fetchers[1]
+    rounds = 0
+    drop_offline = fetcher._drop_offline
+
+    def counted() -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds > 1_000:
+            raise Spinning(f"{rounds} rounds")
+        drop_offline()
+
+    fetcher._drop_offline = counted  # type: ignore[method-assign]
+    in_flight = net.hold(lambda s: s.api_key == ApiKey.FETCH and s.source == 2)
+    a.produce(0, b"m1")
+    await asyncio.wait_for(in_flight.arrived.wait(), WAIT_S)
+    await f.leader_and_isr(1, a, 0, isr=[1, 2], replicas=[1, 2])  # new and empty: truncates first
+    (log_dir,) = f.rm.log_manager.log_dirs
+    channel.maybe_add_offline_log_dir(log_dir, "a write elsewhere in the dir failed", OSError(5, "EIO"))
+    in_flight.release()
+    await eventually(lambda: bool(handled) or fetcher._task.done(), lambda: f"{rounds} rounds")
+    assert not fetcher._task.done(), f"the fetcher's loop ended: {fetcher._task.exception()!r}"
+    assert handled == [log_dir] and rounds < 100, f"{rounds} fetcher rounds before the handler ran"
+    await eventually(lambda: not fetcher.partitions, lambda: f"still fetching {sorted(fetcher.partitions)}")

@@ -115,6 +115,17 @@ class RaceHarness(Harness):
         for offset in self.acknowledged():
             assert offset < hw, f"{step}: offset {offset} acknowledged above the HW {hw}"
 
+    def check_elected_holds_acknowledged(self, step: str) -> None:
+        """What finding 1's invariant protects: if the leader crashed now, the broker the
+        controller would elect from the state znode's ISR holds every acknowledged offset."""
+        elected = self.elected_after_leader_crash()
+        missing = [offset for offset in self.acknowledged() if offset >= self.leo(elected)]
+        assert not missing, f"{step}: acknowledged {missing} missing from broker {elected}, elected next"
+
+    def check_invariants(self, step: str) -> None:
+        self.check_hw_within_zookeeper_isr(step)
+        self.check_elected_holds_acknowledged(step)
+
     def check_memory_matches_zookeeper(self, step: str) -> None:
         """Finding 8's invariant: once no ISR write is in flight, the leader's ISR and zkVersion
         are the state znode's."""
@@ -159,9 +170,9 @@ async def test_hw_never_passes_a_follower_whose_isr_expand_is_in_flight(rh, land
     (held-before-landing: the same, at ``after the expand landed``.)"""
     await rh.lead(isr=(LEADER, SLOW))
     rh.produce_many(5)
-    rh.check_hw_within_zookeeper_isr("after produce")
+    rh.check_invariants("after produce")
     rh.fetch(SLOW, 2)
-    rh.check_hw_within_zookeeper_isr("after the slow follower fetched offset 2")
+    rh.check_invariants("after the slow follower fetched offset 2")
     assert rh.log.high_watermark == 2 and rh.acknowledged() == [0, 1]
 
     hold = asyncio.Event()
@@ -173,32 +184,31 @@ async def test_hw_never_passes_a_follower_whose_isr_expand_is_in_flight(rh, land
     await rh.settle()
     assert rh.partition.isr_update_in_flight and rh.store.writes == 1
     assert (rh.store.states[ZK_TP].isr == (1, 2, 3)) is landed
-    rh.check_hw_within_zookeeper_isr("while the expand is in flight")
+    rh.check_invariants("while the expand is in flight")
 
     rh.fetch(SLOW, 5)
     await rh.settle()
-    rh.check_hw_within_zookeeper_isr("after the slow follower caught up")
+    rh.check_invariants("after the slow follower caught up")
 
     hold.set()
     await rh.rm.isr_manager.wait_idle()
     await rh.settle()
-    rh.check_hw_within_zookeeper_isr("after the expand landed")
+    rh.check_invariants("after the expand landed")
     assert rh.partition.isr == {1, 2, 3} and rh.store.states[ZK_TP].isr == (1, 2, 3)
     assert rh.log.high_watermark == 3 and rh.acknowledged() == [0, 1, 2]
 
     rh.fetch(JOINER, 5)
     await rh.settle()
-    rh.check_hw_within_zookeeper_isr("after the joiner caught up")
+    rh.check_invariants("after the joiner caught up")
     assert rh.log.high_watermark == 5 and rh.acknowledged() == [0, 1, 2, 3, 4]
-    # Broker 1 dies: the controller elects broker 2, which holds every acknowledged offset.
-    new_leader = rh.elected_after_leader_crash()
-    assert new_leader == JOINER
-    assert all(offset < rh.leo(new_leader) for offset in rh.acknowledged())
+    assert rh.elected_after_leader_crash() == JOINER  # checked at every step above, not only here
 
 
-async def test_hw_keeps_counting_followers_a_shrink_in_flight_removes(rh):
-    """The other half of KIP-497's rule: a shrink in flight is not yet in ZooKeeper, so the
-    followers it removes still hold the HW back until the write returns."""
+async def test_hw_keeps_counting_followers_until_a_shrink_is_written(rh):
+    """A shrink in flight is not yet in ZooKeeper, so the followers it removes still hold the HW
+    back until the write returns. What guards this is that the in-memory ISR changes only when
+    the write succeeds (:meth:`Partition.complete_isr_update`); KIP-497's maximal ISR adds nothing
+    for a shrink (its replicas are the ISR's), which is why the expand tests above pin that rule."""
     await rh.lead(isr=(1, 2, 3))
     rh.fetch(JOINER, 0)
     rh.fetch(SLOW, 0)
@@ -210,7 +220,7 @@ async def test_hw_keeps_counting_followers_a_shrink_in_flight_removes(rh):
     rh.store.gate = hold
     assert rh.rm.maybe_shrink_isr() == 1
     await rh.settle()
-    assert rh.partition.maximal_isr == {1, 2, 3} and rh.log.high_watermark == 0
+    assert rh.partition.isr == {1, 2, 3} and rh.log.high_watermark == 0
     rh.check_hw_within_zookeeper_isr("while the shrink is in flight")
     hold.set()
     await rh.rm.isr_manager.wait_idle()
@@ -307,7 +317,8 @@ async def test_an_outcome_still_unknown_keeps_the_joiner_counted_until_settled(r
 async def test_other_state_from_the_same_leader_epoch_is_not_adopted(rh):
     """Kafka's checkLeaderAndIsrZkData: only the exact state written (leader, leader epoch, ISR,
     controller epoch) counts as our write. Anything else means another writer moved the znode
-    on: the ISR stays as it was and the controller's LeaderAndIsr will bring the new state."""
+    on: the ISR stays as it was, the change stays pending (it may have been in ZooKeeper) and is
+    not re-sent, and the controller's LeaderAndIsr will bring the new state."""
     await rh.lead(isr=(LEADER, SLOW))
     rh.store.lose_responses = 1
     rh.store.hold_after_commit = hold = asyncio.Event()
@@ -317,9 +328,11 @@ async def test_other_state_from_the_same_leader_epoch_is_not_adopted(rh):
     hold.set()
     await rh.rm.isr_manager.wait_idle()
     assert rh.partition.isr == {1, 3} and rh.partition.zk_version == 0
-    assert rh.partition.pending_isr_change is None and not rh.partition.isr_update_in_flight
+    assert rh.partition.pending_isr_rejected and not rh.partition.isr_update_in_flight
     (line,) = [e for e in rh.state_changes if e["event"] == "IsrExpand"]
     assert line["outcome"].startswith("rejected")
+    writes = rh.store.writes
+    assert rh.rm.maybe_shrink_isr() == 0 and rh.store.writes == writes  # not re-sent
 
 
 async def test_a_leader_and_isr_supersedes_an_unknown_outcome(rh):
@@ -333,6 +346,95 @@ async def test_a_leader_and_isr_supersedes_an_unknown_outcome(rh):
     await rh.lead(isr=(1, 2, 3), epoch=1, zk_version=5)
     assert rh.partition.pending_isr_change is None and rh.partition.maximal_isr == {1, 2, 3}
     rh.check_memory_matches_zookeeper("after LeaderAndIsr")
+
+
+# -- issue 18 window 1: an expand refused after its answer was lost (Kafka 2.7+ keeps it pending) --------
+
+
+async def test_hw_never_passes_a_joiner_whose_landed_expand_is_refused_on_resend(rh):
+    """ISR {1,3}, broker 3 at offset 2, HW 2. Broker 2 fetches to 3; the expand to {1,2,3} lands
+    at zkVersion 1 but its answer is lost and ZooKeeper stays away, so the outcome is unknown.
+    Broker 3 fetches to 5: the HW stays at 3, held by broker 2 in the maximal ISR. Broker 3 dies;
+    the controller reads zkVersion 1 and writes ISR (1,2) at leader epoch 1, zkVersion 2. The
+    leader's settle re-sends at zkVersion 0 and is refused (BADVERSION); the znode is not its
+    write. ZooKeeper lists broker 2 in the ISR, so the HW must not pass broker 2's LEO (3) until
+    the controller's LeaderAndIsr arrives, at any step.
+
+    Failed before the fix: ``after the resend was refused: HW 5 > LEO 3 of broker 2, which the
+    state znode lists in the ISR (1, 2)``: the refusal cleared the pending expand, broker 3 (dead,
+    out of ZooKeeper's ISR) still counted, and offsets 3-4 were acknowledged; broker 2, whom the
+    controller elects when broker 1 dies, never had them."""
+    check = rh.check_invariants
+
+    await rh.lead(isr=(LEADER, SLOW))
+    rh.produce_many(5)
+    rh.fetch(SLOW, 2)
+    await rh.settle()
+    check("after the slow follower fetched offset 2")
+    assert rh.log.high_watermark == 2
+
+    rh.store.lose_responses = 1
+    rh.store.unreachable_after_lost_response = True
+    rh.fetch(JOINER, 3)  # lands at zkVersion 1; the answer is lost and ZooKeeper goes away
+    await rh.rm.isr_manager.wait_idle()
+    await rh.settle()
+    assert rh.store.states[ZK_TP] == LeaderAndIsr(1, 0, (1, 2, 3), 1)
+    assert rh.partition.pending_isr_change is not None and not rh.partition.isr_update_in_flight
+    check("with the expand's outcome unknown")
+
+    rh.fetch(SLOW, 5)
+    await rh.settle()
+    check("after broker 3 fetched to the LEO")
+    assert rh.log.high_watermark == 3
+
+    # Broker 3 dies: the controller removes it from the ISR (a new leader epoch, as Kafka's does).
+    rh.store.states[ZK_TP] = LeaderAndIsr(1, 1, (1, 2), 2)
+    rh.store.error = None
+    assert rh.rm.maybe_shrink_isr() == 1  # the isr-expiration tick settles the pending expand
+    await rh.rm.isr_manager.wait_idle()
+    await rh.settle()
+    (line,) = [e for e in rh.state_changes if e["event"] == "IsrExpand"][-1:]
+    assert line["outcome"].startswith("rejected"), line
+    check("after the resend was refused")
+    assert rh.log.high_watermark == 3 and rh.acknowledged() == [0, 1, 2]
+    assert rh.partition.pending_isr_change is not None  # kept until the controller's word
+    rh.clock.now += LAG + 1
+    assert rh.rm.maybe_shrink_isr() == 0  # nothing re-sent, no other change proposed meanwhile
+    check("after an isr-expiration tick")
+
+    # The controller's LeaderAndIsr for epoch 1 supersedes the pending change.
+    await rh.lead(isr=(1, 2), epoch=1, zk_version=2)
+    await rh.settle()
+    assert rh.partition.pending_isr_change is None and rh.partition.isr == {1, 2}
+    check("after the controller's LeaderAndIsr")
+    assert rh.log.high_watermark == 3
+    rh.fetch(JOINER, 5)
+    await rh.settle()
+    check("after broker 2 caught up")
+    assert rh.log.high_watermark == 5 and rh.acknowledged() == [0, 1, 2, 3, 4]
+
+
+async def test_an_expand_refused_at_once_stays_pending_until_leader_and_isr(rh):
+    """The bridge's transparent resend after a dropped connection can turn a landed write into
+    BADVERSION with no ConnectionLoss reaching the ISR manager: a first refusal is as ambiguous as
+    a settled one. The joiner keeps counting in the HW and no other change is proposed until a
+    LeaderAndIsr. (Failed before the fix: the pending expand was cleared at once.)"""
+    await rh.lead(isr=(LEADER, SLOW))
+    rh.produce_many(2)
+    rh.fetch(SLOW, 1)
+    rh.store.states[ZK_TP] = LeaderAndIsr(
+        1, 0, (1, 2, 3), 1
+    )  # "our" write landed; the answer we get is BADVERSION
+    rh.fetch(JOINER, 1)
+    await rh.rm.isr_manager.wait_idle()
+    assert rh.store.writes == 1 and rh.partition.pending_isr_change is not None
+    assert rh.partition.maximal_isr == {1, 2, 3}
+    rh.fetch(SLOW, 2)
+    await rh.settle()
+    rh.check_hw_within_zookeeper_isr("after the refusal")
+    assert rh.log.high_watermark == 1
+    await rh.lead(isr=(1, 2, 3), epoch=1, zk_version=1)
+    assert rh.partition.pending_isr_change is None and not rh.partition.pending_isr_rejected
 
 
 # -- the ZooKeeper layer: ReplicationUtils.updateLeaderAndIsr's checker ------------------------------

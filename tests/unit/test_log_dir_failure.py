@@ -56,7 +56,7 @@ async def test_a_failed_append_fails_the_produce_and_takes_the_partition_offline
         # Even before the broker's handler runs, nothing more reaches the log.
         assert (await h.produce(acks=1)).error_code == ErrorCode.KAFKA_STORAGE_ERROR
         # The broker's handler (BrokerServer._handle_log_dir_failure) does this on the loop:
-        h.rm.handle_log_dir_failure(h.rm.log_manager.handle_log_dir_failure(log_dir))
+        await h.rm.handle_log_dir_failure(log_dir)
         status = await parked
         assert status.error_code == ErrorCode.KAFKA_STORAGE_ERROR, "the parked acks=all request must not wait"
         assert h.follower_fetch(2, 0) == ErrorCode.KAFKA_STORAGE_ERROR

@@ -126,8 +126,12 @@ def test_only_a_leader_without_a_write_in_flight_decides():
     assert p.isr_update_in_flight
     assert p.shrink_isr_decision(LAG + 1, LAG, 10) is None
     assert p.complete_isr_update(change, written_zk_version=None) is False
-    assert not p.isr_update_in_flight and p.shrink_isr_decision(LAG + 1, LAG, 10) is not None
-    p.make_follower(PartitionState(1, 2, 1, (2, 3), 1, (1, 2, 3)))
+    # Refused: no longer in flight, but pending until a LeaderAndIsr (Kafka 2.7+), so no new change.
+    assert not p.isr_update_in_flight and p.pending_isr_rejected and not p.isr_update_unsettled
+    assert p.shrink_isr_decision(LAG + 1, LAG, 10) is None
+    p.make_leader(PartitionState(1, 1, 1, (1, 2, 3), 1, (1, 2, 3)), 10, now_ms=0)
+    assert p.pending_isr_change is None and p.shrink_isr_decision(LAG + 1, LAG, 10) is not None
+    p.make_follower(PartitionState(1, 2, 2, (2, 3), 2, (1, 2, 3)))
     assert p.shrink_isr_decision(LAG + 1, LAG, 10) is None
     assert p.expand_isr_decision(2, 0) is None
 
