@@ -137,7 +137,7 @@ class DelayedFetch(DelayedOperation):
                 # The HW moved: answer the follower now, so it learns the new HW at once rather
                 # than up to replica.fetch.wait.max.ms later. This is floodmark's own rule, not
                 # Kafka's: Kafka's DelayedFetch never completes a follower fetch because the HW
-                # moved (its case H is the diverging-epoch check); see docs/design.md "Long-poll fetch".
+                # moved (its case H is the diverging-epoch check); see docs/design.md "Replication races".
                 return self.force_complete()
             if end > fetch_offset:
                 available += _estimate_bytes(log_, fetch_offset, end, status.fetch["partition_max_bytes"])
