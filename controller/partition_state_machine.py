@@ -10,6 +10,11 @@ States: NonExistent -> New -> Online <-> Offline (-> NonExistent when a topic is
   (:mod:`controller.partition_leader_election`): re-read the state znode, decide, write conditionally on its
   zkVersion in a fenced multi-op, and on BADVERSION read again and decide again (Kafka's
   electLeaderForPartitions retries the partitions whose write failed).
+* A write whose outcome is unknown (it landed, its answer was lost, and the bridge's resend
+  answered BADVERSION or NODEEXISTS) is resolved by reading the znode: when it holds this
+  controller's write, the write counts as done and its requests go out, as if the answer had
+  arrived (:func:`zk.client.resolve_leader_and_isr_write`; docs/design.md "The ZooKeeper client
+  layer").
 
 Whatever is decided is put into the request batch: LeaderAndIsr for the partition's live
 replicas, UpdateMetadata for every live broker. The event handler sends the batch.
@@ -30,7 +35,13 @@ from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.partition_leader_election import ElectionOutcome
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
-from zk.client import ControllerMovedError, fenced_multi, get_partition_state, get_topic_config
+from zk.client import (
+    ControllerMovedError,
+    fenced_multi,
+    get_partition_state,
+    get_topic_config,
+    resolve_leader_and_isr_write,
+)
 from zk.data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
 from zk.paths import partition_path, partition_state_path, topic_partitions_path
 
@@ -188,7 +199,7 @@ class PartitionStateMachine:
             *(self._create_state(tp, s) for tp, s in to_create.items()), return_exceptions=True
         )
         moved = None
-        for (tp, state), result in zip(to_create.items(), results, strict=True):
+        for tp, result in zip(to_create, results, strict=True):
             if isinstance(result, ControllerMovedError):
                 moved = result
             elif isinstance(result, NodeExistsError):
@@ -198,6 +209,7 @@ class PartitionStateMachine:
                 failed[tp] = f"{type(result).__name__}: {result}"
                 log.error("cannot initialize partition %s: %s", tp, failed[tp])
             else:
+                state = result
                 self.context.partition_leadership[tp] = state
                 lai = state.leader_and_isr
                 self._set_state(
@@ -214,13 +226,16 @@ class PartitionStateMachine:
             raise moved
         return failed
 
-    async def _create_state(self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch) -> None:
+    async def _create_state(
+        self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch
+    ) -> LeaderIsrAndControllerEpoch:
         """Create the state znode and whichever of its parents .../partitions and .../partitions/<p>
         are missing, all in one fenced multi-op (Kafka's createTopicPartitionStatesRaw fences each
         of these creates). Never /brokers/topics/<t> itself: when the topic is gone the multi
         fails with NoNodeError, and a deposed controller's with ControllerMovedError, leaving
         nothing behind (every controller write is fenced: docs/guarantees.md "Fencing: stale controllers
-        and stale leaders")."""
+        and stale leaders"). A NODEEXISTS on the state znode that holds this very state is our
+        create landed with its answer lost: it counts as created (returned with its zkVersion)."""
         parents = [topic_partitions_path(tp.topic), partition_path(tp.topic, tp.partition)]
         state_op = CreateOp(partition_state_path(tp.topic, tp.partition), encode_partition_state(state))
         for _ in range(MAX_WRITE_ATTEMPTS):
@@ -228,11 +243,17 @@ class PartitionStateMachine:
             missing = [CreateOp(p) for p, stat in zip(parents, present, strict=True) if stat is None]
             try:
                 await fenced_multi(self.zk, self.context.epoch_zk_version, [*missing, state_op])
-                return
+                return state
             except NodeExistsError as exc:
-                if getattr(exc, "op_index", len(missing)) >= len(missing):
-                    raise  # the state znode itself exists
-                # a parent appeared since we looked (another partition of the topic): look again
+                if getattr(exc, "op_index", len(missing)) >= len(missing):  # the state znode itself
+                    lai = state.leader_and_isr
+                    landed = await resolve_leader_and_isr_write(self.zk, tp, lai, state.controller_epoch)
+                    if landed is None:
+                        raise
+                    log.info("state create of %s: the answer was lost but the create landed", tp)
+                    return LeaderIsrAndControllerEpoch(landed, state.controller_epoch)
+                # a parent appeared since we looked (another partition of the topic, or our
+                # own create whose answer was lost): look again
         raise NodeExistsError(f"parents of {state_op.path} kept appearing")
 
     async def _elect_leaders(
@@ -380,9 +401,19 @@ class PartitionStateMachine:
         return written, unchanged, failed
 
     async def _write_state(self, tp: TopicPartition, lai: LeaderAndIsr) -> LeaderAndIsr:
+        """Write ``lai`` conditionally on its zkVersion. A BADVERSION that is our own write landed
+        (the answer lost, the bridge's resend refused) counts as written: see
+        :func:`zk.client.resolve_leader_and_isr_write`."""
         data = encode_partition_state(LeaderIsrAndControllerEpoch(lai, self.context.epoch))
         path = partition_state_path(tp.topic, tp.partition)
-        (stat,) = await fenced_multi(
-            self.zk, self.context.epoch_zk_version, [SetDataOp(path, data, lai.zk_version)]
-        )
+        try:
+            (stat,) = await fenced_multi(
+                self.zk, self.context.epoch_zk_version, [SetDataOp(path, data, lai.zk_version)]
+            )
+        except BadVersionError:
+            landed = await resolve_leader_and_isr_write(self.zk, tp, lai, self.context.epoch)
+            if landed is None:
+                raise
+            log.info("state write of %s: the answer was lost but the write landed; carrying on", tp)
+            return landed
         return lai.with_zk_version(stat.version)

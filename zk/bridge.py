@@ -75,10 +75,18 @@ class ZkBridge:
     outcomes still reach them: SessionExpiredError (the session ended: the drop cost the
     ephemeral znodes and the watches, and resending into a new session would be wrong) and
     ConnectionLoss after ``retry_timeout_s`` without a connection (default: the session timeout,
-    after which the session is gone at the server anyway). A resent write may have landed the
-    first time: creates can then answer NodeExists, conditional sets BadVersion, deletes NoNode,
-    and each caller that writes checks what ZooKeeper holds (Kafka's checkedEphemeralCreate,
-    checkControllerAndEpoch, checkLeaderAndIsrZkData); see docs/design.md "The ZooKeeper client
+    after which the session is gone at the server anyway). A request belongs to the session
+    kazoo was last connected in when it started: kazoo reports no session while disconnected,
+    and it fires its reset watches then, so the re-registering reads start during the drop.
+    Kafka's ZooKeeperClient holds every request until the expiry handlers (the controller's
+    Expire) have started; kazoo opens the new session at once, so a request unanswered when its
+    session ended is kept out of the new session here, while one started after the expiry is
+    sent in the new session, possibly before Expire has run (its controller writes are still
+    fenced by /controller_epoch). A resent write may have landed the first time:
+    creates can then answer NodeExists, conditional sets BadVersion, deletes NoNode, and each
+    caller that writes checks what ZooKeeper holds (Kafka's checkedEphemeralCreate,
+    checkControllerAndEpoch, checkLeaderAndIsrZkData; the controller's state writes use
+    :func:`zk.client.resolve_leader_and_isr_write`); see docs/design.md "The ZooKeeper client
     layer".
     """
 
@@ -103,6 +111,8 @@ class ZkBridge:
         self._listeners: list[Callable[[str], None]] = []
         self._wrappers: dict[Callable, Callable[[WatchedEvent], None]] = {}
         self._closed = False
+        #: the session kazoo was last connected in (its client_id is None while disconnected)
+        self._last_session_id: int | None = None
         self.client.add_listener(self._on_kazoo_state)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -115,6 +125,7 @@ class ZkBridge:
     async def start(self, timeout: float = 15.0) -> None:
         _ = self.loop
         await asyncio.to_thread(self.client.start, timeout)
+        self._request_session()
 
     async def close(self) -> None:
         """End the session: its ephemeral znodes (a /controller, a /brokers/ids/<id>) go at once."""
@@ -139,8 +150,19 @@ class ZkBridge:
 
     @property
     def session_id(self) -> int | None:
+        """The session kazoo is connected in; None while it is not connected."""
         client_id = self.client.client_id
         return client_id[0] if client_id else None
+
+    def _request_session(self) -> int | None:
+        """The session a request started now belongs to: the one kazoo is connected in or, while
+        it is disconnected, the one it was last connected in. kazoo keeps the session id across a
+        reconnection within the session and starts another only after LOST (expiry), so a
+        request started during a plain drop belongs to the session it reconnects to."""
+        session = self.session_id
+        if session is not None:
+            self._last_session_id = session
+        return self._last_session_id
 
     # -- state and watch forwarding ----------------------------------------------------------------
     def add_state_listener(self, fn: Callable[[str], None]) -> None:
@@ -148,6 +170,8 @@ class ZkBridge:
         self._listeners.append(fn)
 
     def _on_kazoo_state(self, state: KazooState) -> None:  # kazoo thread: must not block
+        if state == KazooState.CONNECTED:
+            self._request_session()
         self._forward(self._deliver_state, str(state))
 
     def _deliver_state(self, state: str) -> None:
@@ -187,7 +211,7 @@ class ZkBridge:
     async def _call(self, what: str, send: Callable[[], Any]) -> Any:
         """Send a request (``send`` returns kazoo's async result) and await its answer, sending it
         again after a ConnectionLoss once the same session is connected again."""
-        session = self.session_id
+        session = self._request_session()
         while True:
             try:
                 return await self._await(send())

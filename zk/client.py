@@ -273,13 +273,26 @@ async def update_leader_and_isr(
     try:
         stat = await zk.set(path, data, leader_and_isr.zk_version)
     except BadVersionError:
-        current = await get_partition_state(zk, tp)
-        if current is not None and holds_leader_and_isr(current, leader_and_isr, controller_epoch):
-            return current.leader_and_isr
-        return None
+        return await resolve_leader_and_isr_write(zk, tp, leader_and_isr, controller_epoch)
     except NoNodeError:
         return None
     return leader_and_isr.with_zk_version(stat.version)
+
+
+async def resolve_leader_and_isr_write(
+    zk: ZkBridge, tp: TopicPartition, written: LeaderAndIsr, controller_epoch: int
+) -> LeaderAndIsr | None:
+    """Settle a state-znode write whose outcome is unknown: the bridge re-sent it after a lost
+    answer and the resend met BADVERSION (a conditional set) or NODEEXISTS (a create), which is
+    also what a write that lost a race meets. Read the znode: when it holds exactly ``written``
+    with ``controller_epoch`` (:func:`holds_leader_and_isr`), the first send landed, and the
+    write is returned with the znode's zkVersion for the caller to carry on as if answered
+    (Kafka's checkLeaderAndIsrZkData). None: someone else's state, or no znode; the write failed.
+    Used by the leader's ISR write and by every controller state write alike."""
+    current = await get_partition_state(zk, tp)
+    if current is not None and holds_leader_and_isr(current, written, controller_epoch):
+        return current.leader_and_isr
+    return None
 
 
 def holds_leader_and_isr(

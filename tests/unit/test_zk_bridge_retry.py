@@ -116,3 +116,27 @@ async def test_a_producer_id_block_whose_answer_was_lost_is_skipped_not_shared(z
     assert faults.injected == [("set_async", PRODUCER_ID_BLOCK_PATH)]
     assert (first.block_start, second.block_start, second.block_end) == (0, 2000, 2999)
     assert decode_producer_id_block((await zk.get(PRODUCER_ID_BLOCK_PATH))[0]) == second
+
+
+async def test_a_request_started_while_disconnected_is_sent_again_into_the_same_session(
+    zk: ZkBridge,
+) -> None:
+    """A request started while kazoo is reconnecting (as the reads that re-register the watches
+    kazoo resets during a drop are) fails with ConnectionLoss; kazoo then reconnects to the same
+    session. kazoo's ``client_id`` is None while disconnected, so the old bridge recorded session
+    None for the request, judged the reconnection a new session and raised SessionExpiredError."""
+    session = zk.session_id
+    faults = KazooFaults(zk.client)
+    faults.fail("get_children_async", path=BROKER_IDS_PATH)
+    zk.client._live.clear()  # kazoo's "connected" flag: a drop it has not recovered from yet
+    try:
+        assert zk.session_id is None
+        request = asyncio.create_task(zk.get_children(BROKER_IDS_PATH))
+        while not faults.injected:  # the request went out and failed; the bridge waits to reconnect
+            await asyncio.sleep(0)
+        assert not request.done()
+    finally:
+        zk.client._live.set()  # connected again, to the same session
+
+    assert await request == []
+    assert zk.session_id == session and zk.resent_requests == 1
