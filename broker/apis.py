@@ -17,7 +17,7 @@ from broker import config_admin
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
-from broker.producer_id_manager import INITIAL_PRODUCER_EPOCH, ProducerIdManager
+from broker.producer_id_manager import InvalidProducerIdAndEpoch, ProducerIdManager
 from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.replica_manager import ReadResult, ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
@@ -187,28 +187,29 @@ class KafkaApis:
         )
 
     async def handle_init_producer_id(self, request: Request) -> None:
-        """InitProducerId (KIP-98; docs/design.md "Idempotent producer"): a new cluster-unique
-        producer id at epoch 0. Without a transaction coordinator, a transactional id is refused
-        with INVALID_REQUEST."""
-        if request.body["transactional_id"] is not None:
+        """InitProducerId (KIP-98, KIP-360; docs/design.md "Idempotent producer"): the caller's
+        producer id at the next epoch when it sends its id and epoch, else a new cluster-unique
+        id at epoch 0. Without a transaction coordinator, a transactional id is refused with
+        INVALID_REQUEST."""
+        body = request.body
+        if body["transactional_id"] is not None:
             message = "transactions are not supported: transactional_id must be null"
             request.respond(error_body(ErrorCode.INVALID_REQUEST, message))
             return
         try:
-            producer_id = await self.producer_ids.generate_producer_id()
+            producer_id, epoch = await self.producer_ids.init_producer_id(
+                body["producer_id"], body["producer_epoch"]
+            )
+        except InvalidProducerIdAndEpoch as exc:
+            request.respond(error_body(ErrorCode.INVALID_REQUEST, str(exc)))
+            return
         except Exception as exc:  # ZooKeeper unreachable or contended: the client retries
             log.warning("InitProducerId: cannot allocate a producer id: %s", exc)
             request.respond(
                 {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
             )
             return
-        request.respond(
-            {
-                "error_code": ErrorCode.NONE,
-                "producer_id": producer_id,
-                "producer_epoch": INITIAL_PRODUCER_EPOCH,
-            }
-        )
+        request.respond({"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": epoch})
 
     # -- admin -----------------------------------------------------------------------------------------
 

@@ -24,8 +24,11 @@ The checks, one row per offence:
 * :func:`lost` - an acknowledged write whose (topic, partition, offset, value digest) is not in
   the committed log (per ack; ``reason`` says what is there instead);
 * :func:`duplicate` - a value digest at more than one committed offset (per value);
-* :func:`out_of_order` - within a partition, for one producer id and epoch, a sequence that does
-  not increase with the offset (per record; sequence wrap-around at 2^31 is not modelled);
+* :func:`out_of_order` - within a partition, for one producer session (a producer id, across
+  its epochs: KIP-360's bump keeps the id), a record whose (epoch, sequence) does not increase
+  with the offset: a later sequence of one epoch, or an older epoch after a newer one, which is
+  a batch the producer gave up on written after what it sent next (per record; sequence
+  wrap-around at 2^31 is not modelled, nor order across two ids of one process);
 * :func:`divergent` - one offset below the HW held differently by the replicas: more than one
   (value digest, batch CRC, batch leader epoch, batch base offset), a copy that fails its CRC, or
   missing on a replica whose log spans that offset (per offset);
@@ -207,14 +210,22 @@ def duplicate(committed: DataFrame) -> DataFrame:
 
 
 def out_of_order(committed: DataFrame) -> DataFrame:
+    """Per partition and producer id, ordered by offset: a record whose epoch is below the one
+    before it, or whose sequence is not above it in the same epoch. A new epoch restarts at
+    sequence 0 (KIP-360), so only the epoch is compared across epochs."""
     rows = committed.where(
         (F.col("producer_id") >= 0) & (F.col("sequence") >= 0) & F.col("crc_valid")
     ).select(*TP, "offset", "producer_id", "producer_epoch", "sequence", *DIGEST)
-    w = Window.partitionBy(*TP, "producer_id", "producer_epoch").orderBy("offset")
+    w = Window.partitionBy(*TP, "producer_id").orderBy("offset")
+    epoch, previous_epoch = F.col("producer_epoch"), F.col("previous_epoch")
+    backwards = (epoch < previous_epoch) | (
+        (epoch == previous_epoch) & (F.col("sequence") <= F.col("previous_sequence"))
+    )
     return (
         rows.withColumn("previous_offset", F.lag("offset").over(w))
+        .withColumn("previous_epoch", F.lag("producer_epoch").over(w))
         .withColumn("previous_sequence", F.lag("sequence").over(w))
-        .where(F.col("sequence") <= F.col("previous_sequence"))
+        .where(backwards)
         .select(
             *TP,
             "offset",
@@ -222,6 +233,7 @@ def out_of_order(committed: DataFrame) -> DataFrame:
             "producer_epoch",
             "sequence",
             "previous_offset",
+            "previous_epoch",
             "previous_sequence",
             digest_hex().alias("value_digest"),
         )

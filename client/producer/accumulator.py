@@ -23,7 +23,8 @@ fake clock drives the unit tests:
   same bytes with the same sequence. Because only one batch per partition is in flight, the
   sequences a partition's broker sees are exactly consecutive, whatever is retried.
   :meth:`rewind_sequence` hands a batch's sequences to the next batch when the broker surely
-  did not write it; :meth:`set_producer_id` (a new producer id) restarts every partition at 0.
+  did not write it; :meth:`set_producer_id` (a new producer id or epoch, KIP-360) restarts
+  every partition at 0.
 
 The accumulator never touches futures: each record carries an opaque ``handle`` the producer
 resolves when the batch completes. See docs/guarantees.md.
@@ -236,8 +237,9 @@ class RecordAccumulator:
 
     # -- sequence numbers (idempotence) ---------------------------------------------------------
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
-        """A new producer id (or NO_PRODUCER_ID while one is being fetched): every partition's
-        sequence starts again at 0. Batches already stamped keep their old id and sequence."""
+        """A new producer id or epoch (or NO_PRODUCER_ID while one is being fetched): every
+        partition's sequence starts again at 0. Batches already stamped keep their old id, epoch
+        and sequence."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self._next_sequence.clear()

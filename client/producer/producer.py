@@ -20,7 +20,8 @@ a producer id (InitProducerId); each batch gets the id, epoch and its partition'
 number the first time it is drained, and a retry resends the very same bytes, so a batch the
 broker wrote but whose answer was lost is recognised as a duplicate and answered with its
 original offsets instead of being written twice. A batch that fails for good with its sequence
-in doubt makes the producer take a new producer id (KIP-360's job). Without idempotence,
+in doubt makes the producer bump its epoch (KIP-360), which fences that batch should it still
+reach the leader later. Without idempotence,
 retries can duplicate a batch whose response was lost: at-least-once. See docs/guarantees.md.
 """
 

@@ -12,6 +12,8 @@ when the error is in ``errors.INVALIDATES_METADATA``, until ``retries`` or
 ``delivery_timeout_ms`` runs out: then its futures fail with REQUEST_TIMED_OUT "...expired...".
 Other errors fail the batch with the broker's code and message, logged once per batch. A failed
 batch with sequence numbers goes to the :class:`~client.producer.idempotence.IdempotenceManager`.
+An answer the sender cannot use (a body that breaks the schema, ``api.InvalidBody``, or any other
+surprise) counts as a lost answer, NETWORK_EXCEPTION: the batch is retried, never left in flight.
 ``acks=0`` writes the request without expecting a response and resolves offsets to -1.
 See docs/guarantees.md.
 """
@@ -64,8 +66,8 @@ NOT_APPENDED = frozenset(
 class Sender:
     """The sender task of one producer. ``topics`` is the producer's set of topics in use (for
     metadata refreshes); ``on_done`` is called with every batch that completed or failed.
-    ``closing`` (close began: no new producer id after a failure) and ``closed`` (no more
-    retries) are set by the producer."""
+    ``closing`` (close began: no epoch bump after a failure, though sequences are still
+    rewound) and ``closed`` (no more retries) are set by the producer."""
 
     def __init__(
         self,
@@ -237,17 +239,26 @@ class Sender:
             # The broker answers by timeout_ms; give the answer a little longer to arrive.
             wait_ms = c.request_timeout_ms + min(5000, max(500, c.request_timeout_ms // 10))
             response = await conn.request(ApiKey.PRODUCE, body, timeout=wait_ms / 1000)
-        except KafkaError as exc:
-            if exc.code == ErrorCode.REQUEST_TIMED_OUT:
-                self._cluster.drop_connection(node)  # responses come in order: this one is stuck
-            if exc.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+        except Exception as exc:  # noqa: BLE001 - whatever happened, no batch stays in flight
+            error = _as_kafka_error(exc, node)
+            if error.code == ErrorCode.REQUEST_TIMED_OUT or error is not exc:
+                self._cluster.drop_connection(node)  # stuck, or speaking something else
+            if error.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
                 self._cluster.invalidate()
             for batch in batches:
-                self._handle_error(batch, node, exc.code, exc.message)
+                self._handle_error(batch, node, error.code, error.message)
             return
         finally:
             self._in_flight[node] = self._in_flight.get(node, 1) - 1
             self.wake()
+        try:
+            self._complete_request(node, batches, response)
+        except Exception as exc:  # noqa: BLE001 - an answer we cannot use: as if it were lost
+            error = _as_kafka_error(exc, node)
+            for batch in batches:
+                self._handle_error(batch, node, error.code, error.message)
+
+    def _complete_request(self, node: int, batches: list[ProducerBatch], response: dict) -> None:
         results = {(t["topic"], p["partition"]): p for t in response["topics"] for p in t["partitions"]}
         for batch in batches:
             result = results.get(batch.tp)
@@ -316,8 +327,9 @@ class Sender:
 
     def fail_batch(self, batch: ProducerBatch, error: KafkaError, log_it: bool = True) -> None:
         self._acc.complete(batch)
-        if batch.base_sequence != NO_SEQUENCE and not self.closing:
-            self._idempotence.after_failed_sequence(batch, error)
+        if batch.base_sequence != NO_SEQUENCE:
+            # While closing the sequence is still rewound; only the epoch bump is skipped.
+            self._idempotence.after_failed_sequence(batch, error, bump=not self.closing)
         for future in batch.handles:
             if not future.done():
                 future.set_exception(error)
@@ -327,3 +339,13 @@ class Sender:
         if log_it:
             log.warning("%s", error)
         self._on_done(batch)
+
+
+def _as_kafka_error(exc: Exception, node: int) -> KafkaError:
+    """A produce attempt's failure as a KafkaError: a malformed answer (a ProtocolError such as
+    api.InvalidBody) or any other surprise counts as a lost answer, NETWORK_EXCEPTION: retried,
+    the batch maybe written."""
+    if isinstance(exc, KafkaError):
+        return exc
+    log.warning("produce to broker %d: unusable answer: %r", node, exc)
+    return KafkaError(ErrorCode.NETWORK_EXCEPTION, f"unusable produce response from broker {node}: {exc!r}")

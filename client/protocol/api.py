@@ -290,11 +290,15 @@ REQUESTS: dict[ApiKey, Any] = {
         ),
         "validate_only": Opt("bool", False),
     },
-    # Kafka's InitProducerId v0 (KIP-98; docs/design.md "Idempotent producer"). Only
+    # Kafka's InitProducerId (KIP-98; docs/design.md "Idempotent producer"). Only
     # transactional_id = nil (the idempotent producer) is served: there are no transactions.
+    # producer_id / producer_epoch are v3's (KIP-360): the caller's current id and epoch, to be
+    # bumped; -1 (or absent, an older client) asks for a new id.
     ApiKey.INIT_PRODUCER_ID: {
         "transactional_id": Nullable("str"),
         "transaction_timeout_ms": "int",
+        "producer_id": Opt("int", -1),
+        "producer_epoch": Opt("int", -1),
     },
 }
 

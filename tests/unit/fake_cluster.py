@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass, field
 
 from broker.log.producer_state import ProducerStateManager
+from broker.producer_id_manager import bumped_epoch
 from client.protocol import api, framing
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -339,6 +340,9 @@ class FakeCluster:
                 "producer_id": -1,
                 "producer_epoch": -1,
             }
+        epoch = bumped_epoch(body["producer_id"], body["producer_epoch"])  # KIP-360, as the broker
+        if epoch is not None:
+            return {"error_code": 0, "producer_id": body["producer_id"], "producer_epoch": epoch}
         producer_id = self.next_producer_id
         self.next_producer_id += 1
         return {"error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

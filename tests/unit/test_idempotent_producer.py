@@ -1,7 +1,8 @@
 """The idempotent producer's client half (SPEC 5.4 "Idempotent producer", SPEC 6): config rules,
-the accumulator's sequence bookkeeping with a fake clock, and the producer end to end over real
-sockets against tests/unit/fake_cluster.py, whose partitions apply the broker's own
-producer-state rules. kafka-python (the independent oracle) reads the batch headers."""
+the accumulator's sequence bookkeeping with a fake clock, the broker's InitProducerId epoch bump
+(KIP-360), and the producer end to end over real sockets against tests/unit/fake_cluster.py,
+whose partitions apply the broker's own producer-state rules. kafka-python (the independent
+oracle) reads the batch headers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import asyncio
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
+from broker.producer_id_manager import (
+    MAX_PRODUCER_EPOCH,
+    InvalidProducerIdAndEpoch,
+    ProducerIdManager,
+    bumped_epoch,
+)
 from client import Producer
 from client.producer import ProducerConfig
 from client.producer.accumulator import NO_PRODUCER_ID, NO_SEQUENCE, RecordAccumulator
@@ -111,6 +118,30 @@ def test_no_sequence_without_a_producer_id():
     (batch,) = a.ready(0).batches
     with pytest.raises(RuntimeError):
         a.assign_sequence(batch)
+
+
+# -- the broker's InitProducerId rule (KIP-360) ----------------------------------------------------
+
+
+def test_init_producer_id_bumps_the_callers_epoch_and_takes_a_new_id_when_it_is_exhausted():
+    assert bumped_epoch(-1, -1) is None  # no id given (an older client): a new id
+    assert bumped_epoch(1000, 0) == 1
+    assert bumped_epoch(1000, MAX_PRODUCER_EPOCH - 1) == MAX_PRODUCER_EPOCH
+    assert bumped_epoch(1000, MAX_PRODUCER_EPOCH) is None  # Short.MaxValue: a new id at epoch 0
+    for pair in [(1000, -1), (-1, 0), (-2, -1), (1000, MAX_PRODUCER_EPOCH + 1)]:
+        with pytest.raises(InvalidProducerIdAndEpoch, match="give both"):
+            bumped_epoch(*pair)
+
+
+async def test_the_producer_id_manager_bumps_without_zookeeper_and_allocates_otherwise():
+    class Manager(ProducerIdManager):
+        async def generate_producer_id(self) -> int:  # the ZooKeeper block claim, stubbed
+            return 4242
+
+    manager = Manager(1, zk=None)
+    assert await manager.init_producer_id() == (4242, 0)
+    assert await manager.init_producer_id(1000, 6) == (1000, 7)
+    assert await manager.init_producer_id(1000, MAX_PRODUCER_EPOCH) == (4242, 0)
 
 
 # -- the producer against the fake cluster ----------------------------------------------------------
@@ -221,7 +252,7 @@ async def test_retries_keep_the_sequence_and_the_order(fake):
     assert [r.value for r in fake.records("t", 0)] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
 
 
-async def test_out_of_order_fails_the_batch_with_kafkas_name_then_a_new_producer_id_starts_clean(fake):
+async def test_out_of_order_fails_the_batch_with_kafkas_name_then_the_next_epoch_starts_clean(fake):
     async with producer(fake) as p:
         await send_batch(p, 2)
         fake.produce_errors[("t", 0)] = [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
@@ -230,9 +261,12 @@ async def test_out_of_order_fails_the_batch_with_kafkas_name_then_a_new_producer
         assert err.value.name == "OUT_OF_ORDER_SEQUENCE_NUMBER"
         assert str(err.value).startswith("OUT_OF_ORDER_SEQUENCE_NUMBER")
         await send_batch(p, 1, tag="after")
-        assert p.producer_id == 1001 and p.metrics["producer_id_resets"] == 1
-    assert len(fake.of(ApiKey.INIT_PRODUCER_ID)) == 2
-    assert headers(fake, 0) == [(0, 1000, 0, 0, 2), (2, 1001, 0, 0, 1)]
+        # KIP-360: the same producer id at the next epoch, sequences from 0
+        assert (p.producer_id, p.producer_epoch) == (1000, 1) and p.metrics["producer_id_resets"] == 1
+    first, bump = fake.of(ApiKey.INIT_PRODUCER_ID)
+    assert (first.body["producer_id"], first.body["producer_epoch"]) == (-1, -1)
+    assert (bump.body["producer_id"], bump.body["producer_epoch"]) == (1000, 0)
+    assert headers(fake, 0) == [(0, 1000, 0, 0, 2), (2, 1000, 1, 0, 1)]
 
 
 async def test_a_surely_refused_batch_hands_its_sequences_to_the_next(fake):
@@ -246,13 +280,25 @@ async def test_a_surely_refused_batch_hands_its_sequences_to_the_next(fake):
     assert headers(fake, 0) == [(0, 1000, 0, 0, 2), (2, 1000, 0, 2, 2)]
 
 
-async def test_a_batch_that_may_have_been_written_leads_to_a_new_producer_id(fake):
-    # acks=all timing out at the broker: the batch may be in the log, its sequence is in doubt
+async def test_a_batch_whose_sequence_is_in_doubt_leads_to_an_epoch_bump(fake):
+    # acks=all timing out at the broker: the batch may be in the log, its sequence is in doubt.
+    # (The batch really written late, after the bump, is fenced: test_idempotent_producer_races.)
     async with producer(fake, retries=1) as p:
         await send_batch(p, 1)
         fake.produce_errors[("t", 0)] = [ErrorCode.REQUEST_TIMED_OUT] * 2
         with pytest.raises(KafkaError, match="REQUEST_TIMED_OUT"):
             await send_batch(p, 2)
         await send_batch(p, 1, tag="after")
-        assert p.producer_id == 1001
-    assert headers(fake, 0) == [(0, 1000, 0, 0, 1), (1, 1001, 0, 0, 1)]
+        assert (p.producer_id, p.producer_epoch) == (1000, 1)
+    assert headers(fake, 0) == [(0, 1000, 0, 0, 1), (1, 1000, 1, 0, 1)]
+
+
+async def test_the_epoch_bump_is_per_producer_every_partition_restarts_at_zero(fake):
+    async with producer(fake) as p:
+        await send_batch(p, 2, partition=1)
+        await send_batch(p, 1)
+        fake.produce_errors[("t", 0)] = [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+        with pytest.raises(KafkaError, match="OUT_OF_ORDER_SEQUENCE_NUMBER"):
+            await send_batch(p, 1)
+        await send_batch(p, 1, partition=1, tag="after")  # the new epoch must start at 0 here too
+    assert headers(fake, 1) == [(0, 1000, 0, 0, 2), (2, 1000, 1, 0, 1)]

@@ -142,6 +142,36 @@ def test_swapped_sequences_are_out_of_order(tmp_path: Path, spark: Any) -> None:
     assert row["value_digest"] == value_digest(b"s0")
 
 
+def test_a_late_batch_of_an_older_epoch_is_out_of_order(tmp_path: Path, spark: Any) -> None:
+    """Issue 18 window 10 as the log would show it: producer 2000 gave up on A (epoch 0,
+    sequence 3: its future failed, so the ledger has an error, no ack), bumped its epoch and
+    wrote B (epoch 1, sequence 0); a leader without the epoch fence then wrote A after B."""
+
+    def plant(s: sc.Scenario) -> None:
+        s.disk.append_unchecked(
+            TOPIC, 0, [b"a0", b"a1", b"a2"], epoch=1, producer_id=2000, base_sequence=0, ledger=s.ledger
+        )
+        s.ledger.error(TOPIC, 0, "REQUEST_TIMED_OUT")
+        s.disk.append_unchecked(
+            TOPIC,
+            0,
+            [b"b0", b"b1"],
+            epoch=1,
+            producer_id=2000,
+            producer_epoch=1,
+            base_sequence=0,
+            ledger=s.ledger,
+        )
+        s.disk.append_unchecked(TOPIC, 0, [b"late A"], epoch=1, producer_id=2000, base_sequence=3)
+
+    s = sc.build(tmp_path, plant)
+    (row,) = assert_only(verify(s, spark), "out_of_order", 1)
+    assert (row["partition"], row["producer_id"], row["offset"]) == (0, 2000, 35)
+    assert (row["producer_epoch"], row["sequence"]) == (0, 3)
+    assert (row["previous_offset"], row["previous_epoch"], row["previous_sequence"]) == (34, 1, 1)
+    assert row["value_digest"] == value_digest(b"late A")
+
+
 def test_hw_checkpoint_above_the_log_end_is_found(tmp_path: Path, spark: Any) -> None:
     s = sc.build(tmp_path, hw_overrides={(2, TOPIC, 1): 37})
     (row,) = assert_only(verify(s, spark), "hw_above_leo", 1)
