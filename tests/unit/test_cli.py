@@ -789,3 +789,16 @@ def test_client_kwargs_types() -> None:
         "compression_type": "gzip",
         "x": 1.5,
     }
+
+
+def test_a_perf_run_collects_less_often_and_restores_the_collector_after() -> None:
+    """docs/benchmarks.md "The perf client's garbage collector": the run's threshold, and the
+    process's own back afterwards, an error included."""
+    import gc
+
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), perf.load_generator_gc():
+        assert gc.get_threshold() == perf.LOAD_GENERATOR_GC_THRESHOLD
+        assert gc.get_freeze_count() > 0
+        raise RuntimeError("the run failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
