@@ -218,14 +218,26 @@ class BrokerServer:
             await self._close_zk_before_halt()
             self._halt_all_log_dirs_failed()
             return
-        try:
-            await propagate_log_dir_event(self.zk, self.broker_id)
-        except Exception:
-            log.exception(
-                "[KafkaServer id=%d] cannot notify the controller of the failed log dir %s",
-                self.broker_id,
-                log_dir,
-            )
+        # Written until it lands (or shutdown cancels this task): nothing else would make the
+        # controller send the LeaderAndIsr whose answers take these replicas out of the ISRs. A
+        # write that landed with its reply lost leaves two notifications; the controller reads both.
+        backoff_ms = REGISTRATION_BACKOFF_MS
+        while True:
+            try:
+                await propagate_log_dir_event(self.zk, self.broker_id)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure: the controller was not told
+                delay_ms = backoff_ms * (0.5 + self.rng.random())
+                log.warning(
+                    "[KafkaServer id=%d] cannot notify the controller of the failed log dir %s (%r); "
+                    "retrying in %d ms",
+                    self.broker_id,
+                    log_dir,
+                    exc,
+                    delay_ms,
+                )
+                await asyncio.sleep(delay_ms / 1000)
+                backoff_ms = min(2 * backoff_ms, REGISTRATION_MAX_BACKOFF_MS)
 
     async def _close_zk_before_halt(self) -> None:
         """Close the ZooKeeper session first, bounded: /brokers/ids/<id> goes at once, so the

@@ -5,8 +5,8 @@ watches, the ZooKeeper session's state, timers and broker requests all become ev
 reads ZooKeeper, moves partitions and replicas through their state machines (which write fenced,
 conditional znodes and fill the request batch), and the batch goes out at the event's end, or
 after each step where the order matters, and also when the event fails half way, since its
-znode writes were made. A failed event is retried (docs/design.md "The controller under
-ZooKeeper blips").
+znode writes were made. A failed event is retried before the events queued after it
+(docs/design.md "The controller under ZooKeeper blips", "The retry order").
 
 The mechanisms live in their own modules, named as Kafka names them: controller election
 (:mod:`controller.controller_election`), controller failover's 12 steps (:mod:`controller.failover`),
@@ -130,7 +130,7 @@ class KafkaController:
             self.record,
         )
         self.leader_and_isr_retries = LeaderAndIsrRetries()
-        self._event_failures: dict[type, int] = {}  # consecutive failures by event type (retry backoff)
+        self._event_failures: dict[type, int] = {}  # consecutive failures by retry type (retry backoff)
         self.events = ControllerEventManager(self._process, name=f"controller-{broker_id}-events")
         #: The broker id in /controller as last read (-1: none); on non-controllers too.
         self.active_controller_id = -1
@@ -226,19 +226,19 @@ class KafkaController:
             self.batch.clear()
 
     def _retry_later(self, event: ControllerEvent) -> None:
-        """Queue the failed event's retry (0.1 s doubling to 5 s while it keeps failing): the
-        election events always, the others while this broker is the controller. A BrokerChange
-        compares /brokers/ids with the live brokers, which it changed only for the brokers whose
-        handling completed, so its retry handles the rest; any retried event re-registers the
-        watch its failed read may have lost."""
+        """Retry the failed event (0.1 s doubling to 5 s while it keeps failing), before any event
+        queued after it (:meth:`ControllerEventManager.retry_first`; docs/design.md "The retry
+        order"): the election events always, the others while this broker is the controller. A
+        BrokerChange compares /brokers/ids with the live brokers, which it changed only for the
+        brokers whose handling completed, so its retry handles the rest; any retried event
+        re-registers the watch its failed read may have lost. An event that never stops failing
+        holds the queue, so each failure says so, as an error from the fifth on."""
         retry = retry_of(event)
         if retry is None or not (self._active or isinstance(retry, Reelect)):
             return
-        failures = self._event_failures.get(type(event), 0)
-        self._event_failures[type(event)] = failures + 1
-        backoff_s = min(5.0, 0.1 * 2**failures)
-        log.info("controller event %s failed; %s again in %.1f s", event.name, retry.name, backoff_s)
-        asyncio.get_running_loop().call_later(backoff_s, self.events.put, retry)
+        failures = self._event_failures.get(type(retry), 0) + 1
+        self._event_failures[type(retry)] = failures
+        self.events.retry_first(retry, failures, failed=event.name)
 
     def _handlers(self) -> dict[type, Callable]:
         return {

@@ -4,18 +4,23 @@ Kafka 2.x's KafkaController.processLogDirEventNotification, onBrokerLogDirFailur
 LeaderAndIsrResponseReceived:
 
 1. A broker whose log dir failed writes ``/log_dir_event_notification/log_dir_event_<seq>``
-   (``{"version":1,"broker":B,"event":1}``). The controller reads and deletes the
-   notifications and moves every replica of each named live broker to OnlineReplica, which
-   sends that broker LeaderAndIsr for all of them.
+   (``{"version":1,"broker":B,"event":1}``). The controller reads the notifications,
+   moves every replica of each named live broker to OnlineReplica, which
+   sends that broker LeaderAndIsr for all of them, then deletes them.
 2. The broker answers KAFKA_STORAGE_ERROR for each partition whose log is on an offline dir.
    Every LeaderAndIsr response goes through :meth:`LogDirFailureHandler.on_leader_and_isr_response`
    (so a broker that starts with a dir already offline is caught too): the partitions answered
    with KAFKA_STORAGE_ERROR join ``context.replicas_on_offline_dirs[B]``, those answered NONE
    leave it, and the newly offline replicas go through the same path as the replicas of a dead
    broker: partitions they led get a new leader at once, and they leave every ISR, instead of
-   lingering until ``replica.lag.time.max.ms`` passes.
+   lingering until ``replica.lag.time.max.ms`` passes. If that fails half way the set is put
+   back and the answer's event is retried, so the retry finds the same replicas newly offline.
 3. ``context.is_replica_online(B, ..., tp)`` is False for them from then on, so no election
    picks them; when B registers again (restarted after its disk was fixed) the set is forgotten.
+
+Steps 1 and 2 are retried until they land: a notification is deleted only once its broker's
+LeaderAndIsr is in the batch, and a failed read leaves it for the event's retry (docs/design.md
+"Log dir failure").
 """
 
 from __future__ import annotations
@@ -59,23 +64,23 @@ class LogDirFailureHandler:
         return sorted(c for c in children if c.startswith(LOG_DIR_EVENT_PREFIX))
 
     async def process_notifications(self, notifications: list[str]) -> None:
-        """Read and delete ``notifications``, then send LeaderAndIsr to the brokers they name."""
+        """Read ``notifications``, send LeaderAndIsr to the brokers they name, then delete them.
+        Nothing is deleted unless all of it was done: a failure leaves them for the event's retry
+        (Kafka deletes them in a ``finally``, but its ZooKeeper client never gives up on a read)."""
         if not notifications:
             return
         paths = [f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{n}" for n in notifications]
-        try:
-            data = await asyncio.gather(*(self.zk.get(p) for p in paths))
-            broker_ids: set[int] = set()
-            for path, got in zip(paths, data, strict=True):
-                if got is None:
-                    continue
-                try:
-                    broker_ids.add(decode_log_dir_event(got[0]))
-                except ValueError as exc:
-                    log.error("unreadable log dir event notification %s: %s", path, exc)
-        finally:
-            await self.delete_quietly(paths)
+        data = await asyncio.gather(*(self.zk.get(p) for p in paths))
+        broker_ids: set[int] = set()
+        for path, got in zip(paths, data, strict=True):
+            if got is None:
+                continue
+            try:
+                broker_ids.add(decode_log_dir_event(got[0]))
+            except ValueError as exc:
+                log.error("unreadable log dir event notification %s: %s", path, exc)
         await self.on_broker_log_dir_failure(sorted(broker_ids))
+        await self.delete_quietly(paths)
 
     async def on_broker_log_dir_failure(self, broker_ids: list[int]) -> None:
         live = [b for b in broker_ids if b in self.context.live_brokers]
@@ -116,10 +121,7 @@ class LogDirFailureHandler:
                 online.add(tp)
         previous = self.context.replicas_on_offline_dirs.get(broker_id, set())
         current = (previous - online) | offline
-        if current:
-            self.context.replicas_on_offline_dirs[broker_id] = current
-        else:
-            self.context.replicas_on_offline_dirs.pop(broker_id, None)
+        self._set_offline(broker_id, current)
         newly_offline = sorted(current - previous)
         if not newly_offline:
             return
@@ -130,13 +132,25 @@ class LogDirFailureHandler:
             error_name(ErrorCode.KAFKA_STORAGE_ERROR),
         )
         self.record("replicas_on_offline_dir", broker=broker_id, partitions=[str(tp) for tp in newly_offline])
-        await self.on_replicas_become_offline(
-            [
-                PartitionReplica(tp, broker_id)
-                for tp in newly_offline
-                if tp in self.context.partition_leadership
-            ]
-        )
+        try:
+            await self.on_replicas_become_offline(
+                [
+                    PartitionReplica(tp, broker_id)
+                    for tp in newly_offline
+                    if tp in self.context.partition_leadership
+                ]
+            )
+        except BaseException:
+            # not done: the event's retry must find them newly offline again (the elections and
+            # ISR writes already made are read back from ZooKeeper then)
+            self._set_offline(broker_id, previous)
+            raise
+
+    def _set_offline(self, broker_id: int, replicas: set[TopicPartition]) -> None:
+        if replicas:
+            self.context.replicas_on_offline_dirs[broker_id] = set(replicas)
+        else:
+            self.context.replicas_on_offline_dirs.pop(broker_id, None)
 
     # -- 3. the broker is back ------------------------------------------------------------------------
     def on_broker_startup(self, broker_ids: list[int]) -> None:

@@ -3,15 +3,21 @@ marked in /admin/delete_topics has its partitions taken Offline then NonExistent
 replica sent StopReplica(delete) (ReplicaDeletionStarted), and its znodes deleted once every
 replica is ReplicaDeletionSuccessful. A replica on a dead broker, or one whose StopReplica failed,
 makes the topic ineligible (ReplicaDeletionIneligible) until that broker comes back.
+
+A StopReplica(delete) answer settles only the partitions its request asked for
+(:class:`StopReplicaDeletionCallback`; docs/design.md "Applying StopReplica answers per
+partition"). Every TopicDeletion event resumes the deletions in progress (Kafka's
+enqueueTopicsForDeletion calls resumeDeletions), so a deletion whose last step failed is
+finished by the event's retry.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
+from client.protocol.errors import ErrorCode
 from client.types import TopicPartition
 from controller.event_manager import (
     TopicDeletion,
@@ -52,7 +58,8 @@ async def handle_topic_deletion(ctl: ControllerParts, event: TopicDeletion) -> N
     if new:
         ctl.context.topics_to_be_deleted.update(new)
         ctl.record("topic_deletion_queued", topics=new)
-        await resume_deletions(ctl)
+    # also with nothing new: this may be the retry of a deletion whose last step failed
+    await resume_deletions(ctl)
 
 
 async def resume_deletions(ctl: ControllerParts) -> None:
@@ -62,6 +69,7 @@ async def resume_deletions(ctl: ControllerParts) -> None:
     for topic in sorted(ctx.topics_to_be_deleted):
         replicas = ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))
         states = [rsm.state(r) for r in replicas]
+        # (no replicas left: complete_topic_deletion made them NonExistent, then failed)
         if all(s is ReplicaState.DELETION_SUCCESSFUL for s in states):
             await complete_topic_deletion(ctl, topic)
         elif any(s is ReplicaState.DELETION_STARTED for s in states):
@@ -99,9 +107,9 @@ async def on_topic_deletion(ctl: ControllerParts, topic: str) -> None:
     await rsm.handle_state_changes(
         [r for r in live if rsm.state(r) is not ReplicaState.OFFLINE], ReplicaState.OFFLINE
     )
-    await rsm.handle_state_changes(
-        live, ReplicaState.DELETION_STARTED, callback=functools.partial(on_stop_replica_deleted, ctl)
-    )
+    callback = StopReplicaDeletionCallback.of_batch(ctl)
+    callback.ask([r for r in live if rsm.state(r) is ReplicaState.OFFLINE])
+    await rsm.handle_state_changes(live, ReplicaState.DELETION_STARTED, callback=callback)
     if dead:
         ctx.topics_ineligible_for_deletion.add(topic)
         await rsm.handle_state_changes(dead, ReplicaState.DELETION_INELIGIBLE)
@@ -110,30 +118,62 @@ async def on_topic_deletion(ctl: ControllerParts, topic: str) -> None:
         await complete_topic_deletion(ctl, topic)
 
 
-def on_stop_replica_deleted(ctl: ControllerParts, broker_id: int, response: dict) -> None:
-    """A StopReplica(delete=true) answer, in the channel's sender task: make it an event."""
-    errors = {
-        TopicPartition(p["topic"], p["partition"]): p["error_code"] for p in response.get("partitions", [])
-    }
-    if response.get("error_code"):
-        errors[None] = response["error_code"]
-    ctl.events.put(TopicDeletionStopReplicaResponse(broker_id=broker_id, partition_errors=errors))
+class StopReplicaDeletionCallback:
+    """The callback of one batch's StopReplica(delete=true) requests, in the channel's sender
+    task: it knows which partitions each broker's request asked for, and makes each answer a
+    :class:`TopicDeletionStopReplicaResponse` about those partitions alone. Kafka acts on the
+    partitions the answer names; a request-level error names them all there (a broker's error
+    response lists every partition of the request), here the channel's error body names none,
+    so the request's own list stands in. A partition asked for that the answer leaves out
+    counts as failed (Kafka would leave its replica ReplicaDeletionStarted for good)."""
+
+    def __init__(self, ctl: ControllerParts) -> None:
+        self.ctl = ctl
+        self.asked: dict[int, set[TopicPartition]] = {}
+
+    @classmethod
+    def of_batch(cls, ctl: ControllerParts) -> StopReplicaDeletionCallback:
+        """The callback of the batch being filled: one request per broker carries every
+        deletion the batch holds, and the batch keeps one callback per request."""
+        for callback in ctl.batch.stop_replica_callbacks.values():
+            if isinstance(callback, cls):
+                return callback
+        return cls(ctl)
+
+    def ask(self, replicas: list[PartitionReplica]) -> None:
+        for r in replicas:
+            self.asked.setdefault(r.replica, set()).add(r.tp)
+
+    def __call__(self, broker_id: int, response: dict) -> None:
+        asked = self.asked.get(broker_id, set())
+        named = {
+            TopicPartition(p["topic"], p["partition"]): p["error_code"]
+            for p in response.get("partitions", [])
+        }
+        whole = response.get("error_code", ErrorCode.NONE)
+        errors = {tp: whole or named.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in sorted(asked)}
+        for tp in sorted(named.keys() - asked):
+            log.warning(
+                "broker %s answered StopReplica(delete) for %s, which it was not asked", broker_id, tp
+            )
+        self.ctl.events.put(TopicDeletionStopReplicaResponse(broker_id=broker_id, partition_errors=errors))
 
 
 async def handle_stop_replica_deletion_response(
     ctl: ControllerParts, event: TopicDeletionStopReplicaResponse
 ) -> None:
+    """Kafka's processTopicDeletionStopReplicaResponseReceived: the replicas the answer is about
+    move on, the others wait for their own answers."""
     if not ctl.is_active:
         return
     rsm = ctl.replica_state_machine
     started = [
-        r
-        for r, s in rsm.states.items()
-        if r.replica == event.broker_id and s is ReplicaState.DELETION_STARTED
+        PartitionReplica(tp, event.broker_id)
+        for tp in sorted(event.partition_errors)
+        if rsm.state(PartitionReplica(tp, event.broker_id)) is ReplicaState.DELETION_STARTED
     ]
-    failed_all = event.partition_errors.get(None, 0) != 0
-    ok = [r for r in started if not failed_all and not event.partition_errors.get(r.tp, 0)]
-    failed = [r for r in started if r not in ok]
+    ok = [r for r in started if event.partition_errors[r.tp] == ErrorCode.NONE]
+    failed = [r for r in started if event.partition_errors[r.tp] != ErrorCode.NONE]
     await rsm.handle_state_changes(ok, ReplicaState.DELETION_SUCCESSFUL)
     if failed:
         ctl.context.topics_ineligible_for_deletion.update(r.tp.topic for r in failed)

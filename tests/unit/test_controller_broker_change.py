@@ -1,26 +1,28 @@
 """Broker change handling against a real ZooKeeper (SPEC 4; seed 000 "Broker Failover" and
 "Broker启动过程"; Kafka's KafkaController.processBrokerChange, onBrokerFailure, onBrokerStartup and
 its state machines, which send each step's requests as their own batch). Faults are injected by
-:class:`~tests.bridge_faults.FailingZk`; the controller's requests are recorded
-in send order instead of going to brokers.
+:class:`~tests.bridge_faults.FailingZk`; the controller's requests are recorded in send order
+instead of going to brokers, or, for the bounce, received through the real channel by fake
+broker connections.
 """
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from client.protocol.api import ApiKey
 from client.types import TopicPartition
+from controller import channel as channel_module
+from controller.controller import ControllerConfig, KafkaController
 from controller.event_manager import BrokerChange
 from tests.bridge_faults import FailingZk
-from tests.unit.test_controller_zk_faults import (
-    Recorded,
-    eventually,
-    idle,
-    start_controller_with,
-)
+from tests.unit.test_controller_zk_faults import eventually, idle, start_controller_with, write_state
 from zk.bridge import ZkBridge
 from zk.client import get_partition_state, register_broker
-from zk.data import EndPoint
-from zk.paths import BROKER_IDS_PATH, broker_id_path, partition_state_path
+from zk.data import EndPoint, encode_topic_assignment
+from zk.paths import BROKER_IDS_PATH, broker_id_path, partition_state_path, topic_path
 
 P0, P1, P2 = (TopicPartition("t", p) for p in range(3))
 
@@ -32,26 +34,61 @@ def partitions_of(api_key: ApiKey, body: dict) -> set[TopicPartition]:
     return {TopicPartition(p["topic"], p["partition"]) for p in entries}
 
 
-def last_request_about(recorded: Recorded, broker_id: int, tp: TopicPartition) -> ApiKey | None:
-    """The last LeaderAndIsr or StopReplica sent to ``broker_id`` that names ``tp``."""
-    last = None
-    for to, api_key, body in recorded.sent:
-        relevant = api_key in (ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA)
-        if to == broker_id and relevant and tp in partitions_of(api_key, body):
-            last = api_key
-    return last
-
-
 # -- finding 1: a quickly restarted broker keeps its replicas -------------------------------------
 
 
-async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(zk: ZkBridge, zk_connect: str) -> None:
+class ReceivingBroker:
+    """A broker's end of the controller's channel (monkeypatched in for BrokerConnection):
+    records what each broker receives, in order, and answers every partition with NONE."""
+
+    received: list[tuple[int, ApiKey, dict]] = []
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.is_open = True
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str, timeout: float) -> ReceivingBroker:
+        return cls(port)  # the tests register broker n at port n
+
+    async def request(self, api_key: ApiKey, body: dict, timeout: float) -> dict:
+        self.received.append((self.broker_id, api_key, body))
+        entries = body.get("partition_states", body.get("partitions", []))
+        return {
+            "error_code": 0,
+            "partitions": [
+                {"topic": p["topic"], "partition": p["partition"], "error_code": 0} for p in entries
+            ],
+        }
+
+    def close(self) -> None:
+        self.is_open = False
+
+
+async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(
+    zk: ZkBridge, zk_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the restarted broker receives through the real channel: LeaderAndIsr for every replica
+    it keeps, addressed to its new epoch, and no StopReplica (the failure step's StopReplica is
+    dropped: the bounced broker's sender is removed before it is built)."""
+    monkeypatch.setattr(ReceivingBroker, "received", [])
+    monkeypatch.setattr(channel_module, "BrokerConnection", ReceivingBroker)
     failing = FailingZk(zk)
     partitions = {P0: [2, 1], P1: [1, 2], P2: [2]}
-    controller, recorded = await start_controller_with(zk, failing, [1, 2], partitions)
+    for broker_id in (1, 2):
+        await register_broker(zk, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
+    await zk.create(
+        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
+    )
+    for tp, replicas in partitions.items():
+        await write_state(zk, tp, replicas[0], replicas, create=True)
+    config = ControllerConfig(auto_leader_rebalance_enable=False)
+    controller = KafkaController(1, failing, config, lambda: 0, random.Random(0), lambda r: None)  # type: ignore[arg-type]
+    await controller.startup()
     second_session = ZkBridge(zk_connect, session_timeout_ms=6000)
     await second_session.start()
     try:
+        await idle(controller)
         old_epoch = controller.context.live_brokers[2].epoch
 
         async def broker_2_restarts() -> None:  # before the controller reads /brokers/ids
@@ -59,20 +96,31 @@ async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(zk: ZkBridg
             await register_broker(second_session, 2, [EndPoint("PLAINTEXT", "127.0.0.1", 2)], 0)
 
         failing.before("get_children", broker_2_restarts, path=BROKER_IDS_PATH)
-        recorded.sent.clear()
+        ReceivingBroker.received.clear()
         controller.events.put(BrokerChange())
         assert await eventually(
             lambda: (
-                controller.context.live_brokers.get(2, None) is not None
+                controller.context.live_brokers.get(2) is not None
                 and controller.context.live_brokers[2].epoch != old_epoch
             )
         )
-        await idle(controller)
+        new_epoch = controller.context.live_brokers[2].epoch
 
-        for tp in partitions:
-            assert last_request_about(recorded, 2, tp) is ApiKey.LEADER_AND_ISR, [
-                (to, k.name, sorted(partitions_of(k, b))) for to, k, b in recorded.sent
+        def received_by_2() -> list[tuple[ApiKey, set[TopicPartition], int]]:
+            return [
+                (key, partitions_of(key, body), body["broker_epoch"])
+                for to, key, body in ReceivingBroker.received
+                if to == 2 and key in (ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA)
             ]
+
+        def has_every_leadership() -> bool:
+            told = [ps for key, ps, _ in received_by_2() if key is ApiKey.LEADER_AND_ISR]
+            return set(partitions) <= set().union(*told)
+
+        assert await eventually(has_every_leadership), received_by_2()
+        # one sender per broker, in order: anything sent to it before those LeaderAndIsr has arrived
+        assert {k for k, _, _ in received_by_2()} == {ApiKey.LEADER_AND_ISR}, received_by_2()
+        assert {epoch for _, _, epoch in received_by_2()} == {new_epoch}
         state = await get_partition_state(zk, P2)
         assert state is not None and state.leader_and_isr.leader == 2  # its only replica leads it again
     finally:

@@ -317,10 +317,10 @@ async def test_stop_replica_delete_without_a_good_answer_makes_replicas_ineligib
         )
         assert await zk.exists(topic_path("t")) is not None  # not deleted: waits for the broker to come back
 
-        # The broker comes back (a new registration) and answers this time: the deletion completes.
-        monkeypatch.setattr(
-            FakeBrokerConnection, "fault", staticmethod(lambda: {"error_code": 0, "partitions": []})
-        )
+        # The broker comes back (a new registration) and answers this time, for the partition it
+        # was asked to delete (an answer settles only the partitions it names): the deletion completes.
+        deleted = {"error_code": 0, "partitions": [{"topic": "t", "partition": 0, "error_code": 0}]}
+        monkeypatch.setattr(FakeBrokerConnection, "fault", staticmethod(lambda: deleted))
         await zk.delete(broker_id_path(1))
         assert await eventually(lambda: 1 not in controller.context.live_brokers)
         await register_broker(zk, 1, [EndPoint("PLAINTEXT", "127.0.0.1", 1)], 0)
