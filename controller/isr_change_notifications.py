@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeNotification) -> None:
     """Refresh the named partitions' states and send them in UpdateMetadata. A notification is
     deleted only once it was read and every partition it names was re-read and propagated;
-    after a failed read of a notification or a state the rest stay, and the event comes again
-    after 0.1 s. A failed listing raises, and the controller's event retry takes over."""
+    after a failed read of a notification or a state the rest stay and the event raises; a failed
+    listing raises too. Either way the controller's event retry runs it again, before anything
+    queued after it (docs/design.md "The controller under ZooKeeper blips")."""
     if not ctl.is_active:
         return
     # a failed read raises: the controller's event retry reads again and re-sets the watch
@@ -75,7 +76,14 @@ async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeN
     ]
     await delete_isr_change_notifications(ctl, done)
     if len(done) < len(notifications):
-        asyncio.get_running_loop().call_later(0.1, ctl.events.put, IsrChangeNotification())
+        # the controller's event retry runs it again before anything queued after it
+        raise IsrNotificationsPending(
+            f"{len(notifications) - len(done)} ISR change notification(s) not yet propagated"
+        )
+
+
+class IsrNotificationsPending(Exception):
+    """Some notifications, or the states they name, could not be read: the event is retried."""
 
 
 async def delete_isr_change_notifications(ctl: ControllerParts, notifications: list[str]) -> None:
