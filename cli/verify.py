@@ -9,8 +9,9 @@ lists), and writes ``R/verification.json``, ``R/summary.md`` and ``R/timeline.pn
 what lies below the highest checkpointed HW). When no bootstrap server can be found but log dirs
 are given, the job runs offline too, and says so.
 
-Progress goes to stderr, the verdict and counts to stdout. Exit codes: 0 when every check passed,
-3 when any check found a violation, 1 when the job could not run (one ``Error:`` line). Like the
+Progress goes to stderr, the verdict and counts to stdout. Exit codes: 0 when every check ran and
+passed, 3 when any check found a violation or (verdict INCOMPLETE) a check was skipped, 1 when
+the job could not run (one ``Error:`` line). Like the
 other commands, the heavy imports (pyspark) happen inside the function. Wire it into the CLI with
 ``cli.add_command(verify.verify)`` in :mod:`cli.main`.
 """
@@ -101,7 +102,10 @@ def verify(
         progress=_say,
         row_cap=max_rows,
     )
-    verdict = "PASSED" if result.ok else f"FAILED ({result.violation_count} violation(s))"
+    verdict = {
+        "FAILED": f"FAILED ({result.violation_count} violation(s))",
+        "INCOMPLETE": f"INCOMPLETE ({len(result.skipped)} check(s) skipped, none failed)",
+    }.get(result.verdict, result.verdict)
     click.echo(f"verification {verdict}")
     for name, count in result.counts.items():
         suffix = " (skipped)" if name in result.skipped else ""

@@ -10,7 +10,9 @@ What a correct broker does with each kind (see :data:`EXPECTED`): ``"close"`` ki
 readable correlation id (or an oversize length) and the broker closes the connection;
 ``"error"`` kinds get an error response with the request's correlation id and the connection
 stays usable. A ``truncated`` frame must be the last thing written on its connection, which then
-closes half-way: :func:`hammer` does that.
+closes half-way: :func:`hammer` does that. :func:`hammer` checks both reactions: every "error"
+frame answered in order with its correlation id and error code, and every whole "close" frame
+(:data:`MUST_CLOSE`) followed by the broker closing the connection.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ EXPECTED: dict[str, str] = {
 }
 #: Kinds after which the writer must end the connection (the frame is deliberately incomplete).
 ENDS_CONNECTION = frozenset({"truncated"})
+#: "close" kinds written whole, so the broker can and must close on them by itself: not a
+#: truncated frame (it waits for the rest), nor garbage (its length prefix may promise more bytes).
+MUST_CLOSE = frozenset(k for k, v in EXPECTED.items() if v == "close") - ENDS_CONNECTION - {"garbage"}
 
 
 def frame(payload: bytes) -> bytes:
@@ -231,6 +236,8 @@ class HammerStats:
     answered: int = 0  # "error" frames answered with the right correlation id and error code
     unanswered: int = 0  # "error" frames on a clean connection that got no answer in time
     wrong_answers: int = 0  # responses out of order, with another correlation id or error code
+    closed: int = 0  # connections the server closed after a MUST_CLOSE frame, as it must
+    not_closed: int = 0  # connections still open ``answer_timeout`` after a MUST_CLOSE frame
     bytes_received: int = 0
     timed_out: bool = False
     elapsed: float = 0.0
@@ -250,6 +257,7 @@ class _FuzzConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.expected: deque[tuple[int, int]] = deque()  # (correlation id, error code), in order
         self.poisoned = False  # a "close" frame was written: later answers are not owed
+        self.close_owed = False  # a MUST_CLOSE frame was written: the server owes a close
         self.lost = asyncio.get_running_loop().create_future()
         self.answers_changed = asyncio.Event()
         self._buffer = bytearray()
@@ -294,6 +302,7 @@ class _FuzzConnection(asyncio.Protocol):
             self.expected.append((cid, ERROR_CODES.get(kind, INVALID_REQUEST)))
         elif EXPECTED.get(kind) == "close":
             self.poisoned = True
+            self.close_owed = self.close_owed or kind in MUST_CLOSE
         self.transport.write(data)
 
     async def settle(self, timeout: float) -> None:
@@ -306,6 +315,18 @@ class _FuzzConnection(asyncio.Protocol):
                 await asyncio.wait_for(self.answers_changed.wait(), deadline - loop.time())
         self.stats.unanswered += len(self.expected)
         self.expected.clear()
+
+    async def await_close(self, timeout: float) -> None:
+        """If a MUST_CLOSE frame was written, wait (bounded) for the server to close; count it."""
+        if not self.close_owed:
+            return
+        self.close_owed = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.lost), timeout)
+        if self.lost.done():
+            self.stats.closed += 1
+        else:
+            self.stats.not_closed += 1
 
     async def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -330,10 +351,11 @@ async def hammer(
 
     A writer keeps its connection for "error" kinds and expects, in order, an error response with
     each frame's correlation id (INVALID_REQUEST, or UNSUPPORTED_VERSION). Before a "close" kind it
-    waits up to ``answer_timeout`` for what it is owed, writes the frame and closes, except that with
-    probability ``linger`` (when ``rng`` is given) it keeps writing until the server closes the
-    connection. After a truncated frame it always ends the connection. Resets are counted, not
-    raised. Returns once every frame is written, or after ``timeout`` seconds with ``timed_out``.
+    waits up to ``answer_timeout`` for what it is owed, writes the frame, waits up to
+    ``answer_timeout`` for the server to close the connection (MUST_CLOSE kinds: ``closed`` or
+    ``not_closed``) and closes, except that with probability ``linger`` (when ``rng`` is given) it
+    keeps writing until the server closes the connection (checked when it does, or at the end).
+    After a truncated frame it always ends the connection. Resets are counted, not raised. Returns once every frame is written, or after ``timeout`` seconds with ``timed_out``.
     """
     stats = HammerStats()
     source = iter(frames)
@@ -347,6 +369,7 @@ async def hammer(
                     if conn is not None:
                         stats.resets += 1
                         await conn.settle(0)
+                        await conn.await_close(0)
                     try:
                         _, conn = await loop.create_connection(lambda: _FuzzConnection(stats), host, port)
                     except OSError:
@@ -363,6 +386,7 @@ async def hammer(
                 stats.frames_sent += 1
                 stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
                 if ends or (EXPECTED.get(kind) == "close" and not lingers):
+                    await conn.await_close(answer_timeout)
                     await conn.close()
                     conn = None
                 elif conn.transport is not None and conn.transport.get_write_buffer_size() > 1 << 20:
@@ -370,6 +394,7 @@ async def hammer(
         finally:
             if conn is not None:
                 await conn.settle(answer_timeout)
+                await conn.await_close(answer_timeout)
                 await conn.close()
 
     started = time.monotonic()

@@ -19,8 +19,9 @@ halves), and ``R/events.jsonl`` (:mod:`ledger.format`), and
 
 Then it runs the checks of :mod:`verify.checks`, writes ``R/verification.json``,
 ``R/summary.md`` and ``R/timeline.png`` and returns a :class:`verify.report.Result`, ``ok``
-only when every check that ran found nothing. The replica checks (divergent, hw_above_leo,
-epoch_cache_inconsistent) need ``log_dirs`` and are reported as skipped without them.
+only when every check ran and found nothing. The replica checks (divergent, hw_above_leo,
+epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
+INCOMPLETE (not ok), since a check that did not run proves nothing.
 
 The session: the caller's active one if there is one (used as is, left running, its cache
 cleared at the end), else one built here and stopped at the end: the fast-start JVM with the
@@ -53,7 +54,7 @@ from verify.ledger_frame import ledger_entries
 from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.progress import Timings
 from verify.replicas import Inventory, list_replicas, split_log_dirs
-from verify.report import CHECKS, TIMELINE_FILE, Result, write_report, write_summary
+from verify.report import CHECKS, TIMELINE_FILE, Result, verdict_line, write_report, write_summary
 from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
 from verify.sources import (
     NARROW_COMMITTED_DDL,
@@ -403,9 +404,7 @@ def _run(
     timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
     if slowest := timings.slowest():
         say(f"slowest phase: {slowest[0]} ({slowest[1]:.1f} s of {timings['total']:.1f} s)")
-    ok = all(counts.get(name, 0) == 0 for name in CHECKS)
-    result = Result(
-        ok=ok,
+    result = Result(  # ok only when every check ran and found nothing (verify.report.verdict_of)
         mode=mode,
         report_dir=report_dir,
         counts=counts,
@@ -427,10 +426,7 @@ def _run(
     )
     write_report(result)
     write_summary(result)
-    say(
-        ("verification passed" if ok else f"verification FAILED: {result.violation_count} violation(s)")
-        + f"; report in {result.report_path}"
-    )
+    say(f"verification {verdict_line(result)}; report in {result.report_path}")
     return result
 
 

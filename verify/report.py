@@ -1,11 +1,16 @@
 """The verification job's written report (docs/operations.md "Chaos runs and verification"):
 ``R/verification.json`` and ``R/summary.md``.
 
-``verification.json`` holds ``ok``, the ``counts`` (acknowledged, committed, errors and one per
+``verification.json`` holds ``ok`` and the ``verdict``, the ``counts`` (acknowledged, committed, errors and one per
 check), the offending rows of each check (at most ``row_cap`` each, ``truncated`` says where there
 were more), which checks were skipped and why, the high watermarks the checks used, per-replica
 extents, error counts by name, notes and timings. ``summary.md`` says the same for a person: a
 verdict, a table of counts, the first offending rows of each check, and the notes.
+
+The verdict is ``PASSED`` only when every check ran and found nothing: ``FAILED`` when a check
+found a violation, ``INCOMPLETE`` when none did but a check was skipped (the replica checks
+without log dirs), because a check that did not run proves nothing. ``ok`` is the verdict
+``PASSED``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 CHECKS = ("lost", "duplicate", "divergent", "out_of_order", "hw_above_leo", "epoch_cache_inconsistent")
+PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
 REPORT_FILE = "verification.json"
 SUMMARY_FILE = "summary.md"
 TIMELINE_FILE = "timeline.png"
@@ -30,11 +36,27 @@ DESCRIPTIONS = {
 }
 
 
+def verdict_of(counts: dict[str, int], skipped: dict[str, str]) -> str:
+    """FAILED on any violation, else INCOMPLETE when a check was skipped, else PASSED."""
+    if any(counts.get(name, 0) for name in CHECKS):
+        return FAILED
+    return INCOMPLETE if any(name in skipped for name in CHECKS) else PASSED
+
+
+def verdict_line(result: Result) -> str:
+    """The one-line verdict: ``PASSED``, ``FAILED: n violation(s)`` or ``INCOMPLETE: ... skipped``."""
+    if result.verdict == FAILED:
+        return f"{FAILED}: {result.violation_count} violation(s)"
+    if result.verdict == INCOMPLETE:
+        names = [name for name in CHECKS if name in result.skipped]
+        return f"{INCOMPLETE}: {len(names)} check(s) skipped ({', '.join(names)})"
+    return PASSED
+
+
 @dataclass
 class Result:
-    """What :func:`verify.job.run_verification` found; ``ok`` is False on any violation."""
+    """What :func:`verify.job.run_verification` found; ``ok`` only when every check ran clean."""
 
-    ok: bool
     mode: str
     report_dir: Path
     counts: dict[str, int]
@@ -47,6 +69,14 @@ class Result:
     replicas: list[dict[str, Any]] = field(default_factory=list)
     errors_by_name: dict[str, int] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.counts, self.skipped)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == PASSED
 
     @property
     def exit_code(self) -> int:
@@ -70,7 +100,7 @@ class Result:
 
 
 def to_json(result: Result) -> dict[str, Any]:
-    doc = asdict(result)
+    doc = {"ok": result.ok, "verdict": result.verdict, **asdict(result)}
     doc["report_dir"] = str(result.report_dir)
     return doc
 
@@ -129,9 +159,8 @@ def _row_line(name: str, row: dict[str, Any]) -> str:
 
 def summary_markdown(result: Result, shown: int = 10) -> str:
     c = result.counts
-    verdict = "PASSED" if result.ok else f"FAILED: {result.violation_count} violation(s)"
     lines = [
-        f"# Verification {verdict}",
+        f"# Verification {verdict_line(result)}",
         "",
         f"Mode: {result.mode}. Acknowledged writes: {c.get('acknowledged', 0)}; committed records: "
         f"{c.get('committed', 0)}; failed writes: {c.get('errors', 0)}.",

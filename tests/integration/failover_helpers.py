@@ -62,16 +62,34 @@ async def produce_values(
     partition: int | None = None,
     **config,
 ) -> list[tuple[int, int, bytes]]:
-    """Produce and return (partition, offset, value) of every acknowledged record; failures are dropped."""
+    """Produce and return (partition, offset, value) of every acknowledged record; failures are
+    dropped, so a caller that expects every record acknowledged must check the count (or use
+    :func:`produce_outcomes`)."""
+    acked, _ = await produce_outcomes(cluster, topic, values, acks, partition, **config)
+    return acked
+
+
+async def produce_outcomes(
+    cluster: LocalCluster,
+    topic: str,
+    values: list[bytes],
+    acks: str = "all",
+    partition: int | None = None,
+    **config,
+) -> tuple[list[tuple[int, int, bytes]], list[tuple[bytes, BaseException]]]:
+    """Produce; return the acknowledged records as (partition, offset, value) and the failed
+    ones as (value, the exception their send failed with)."""
     async with Producer(cluster.bootstrap_servers, acks=acks, **config) as producer:
         futures = [await producer.send(topic, v, key=v, partition=partition) for v in values]
         await producer.flush()
-    acked = []
+    acked, failed = [], []
     for value, future in zip(values, futures, strict=True):
-        if future.exception() is None:
+        if (exc := future.exception()) is None:
             md = future.result()
             acked.append((md.partition, md.offset, value))
-    return acked
+        else:
+            failed.append((value, exc))
+    return acked, failed
 
 
 async def read_all(

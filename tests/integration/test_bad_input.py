@@ -1,6 +1,8 @@
 """SPEC 5.1 bad-input rules against a live broker process: 10,000 random or malformed frames
 (garbage, lengths over the limit, truncated bodies, wrong types, unknown API keys, half-open
-connections), after which the broker still serves produce and fetch with no data lost."""
+connections), each answered as it must be (an error response under its correlation id, or the
+connection closed: tests/fuzz_frames.py's statistics), after which the broker still serves
+produce and fetch with no data lost."""
 
 from __future__ import annotations
 
@@ -63,9 +65,14 @@ async def test_ten_thousand_malformed_frames_leave_the_broker_serving(cluster):
     assert await produce(cluster.bootstrap_servers, "fuzzed", before) == list(range(1000))
 
     host, port = cluster.bootstrap_servers.split(",")[0].split(":")
-    frames = list(malformed_frames(random.Random(20261122), 10_000, MAX_FRAME))
-    assert len(frames) == 10_000
-    await hammer(host, int(port), frames)
+    rng = random.Random(20261122)
+    frames = list(malformed_frames(rng, 10_000, MAX_FRAME))
+    stats = await hammer(host, int(port), frames, connections=16, timeout=90, rng=rng)
+    assert not stats.timed_out and stats.frames_sent == 10_000, stats
+    # Every "error" frame answered, in order, with its correlation id and Kafka's error code...
+    assert stats.answered > 2000 and stats.unanswered == 0 and stats.wrong_answers == 0, stats
+    # ...and every whole "close" frame (MUST_CLOSE) followed by the broker closing the connection.
+    assert stats.closed > 2000 and stats.not_closed == 0, stats
 
     # A well-formed client on a fresh connection is served normally...
     conn = await BrokerConnection.open(host, int(port))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
 from client.admin import AdminClient
 from client.consumer import Consumer
@@ -120,23 +122,45 @@ async def test_hundred_thousand_keyed_records_round_trip_in_order(cluster):
 
 
 async def test_replicated_topic_is_readable_from_every_replica_log(cluster):
+    """Every replica's own segment files hold every acknowledged record at its offset: read from
+    each broker's log dir with kafka-python (the consumer would fetch from the leaders only)."""
     (topic,) = await create(cluster, "replicated", 2, 3)
+    assert all(sorted(p.replicas) == [1, 2, 3] for p in topic.partitions)
     producer = Producer(cluster.bootstrap_servers, acks="all")
     await producer.start()
-    for i in range(500):
-        await producer.send("replicated", b"v%d" % i, partition=i % 2)
+    futures = [await producer.send("replicated", b"v%d" % i, partition=i % 2) for i in range(500)]
     await producer.flush()
     await producer.close()
-    consumer = Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest")
-    await consumer.start()
-    tps = [TopicPartition("replicated", 0), TopicPartition("replicated", 1)]
-    consumer.assign(tps)
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 500 and time.monotonic() < deadline:
-        got += await consumer.poll(timeout_ms=500)
-    await consumer.close()
-    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(500))
+    expected: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    for i, future in enumerate(futures):
+        md = future.result()  # raises if any record was not acknowledged
+        expected[md.partition].append((md.offset, b"v%d" % i))
+    assert {p: len(records) for p, records in expected.items()} == {0: 250, 1: 250}
+
+    # acks=all was answered once every ISR member (all three: checked below) had fetched past
+    # each record, and a follower appends (os.write) before it fetches again.
+    async with AdminClient(cluster.bootstrap_servers) as admin:
+        (described,) = await admin.describe_topics(["replicated"])
+    assert all(sorted(p.isr) == [1, 2, 3] for p in described.partitions), described
+    held = {
+        (broker, p): replica_records(cluster.data_dir / f"broker-{broker}" / "data" / f"replicated-{p}")
+        for broker in (1, 2, 3)
+        for p in (0, 1)
+    }
+    short = {key: len(records) for key, records in held.items() if records != sorted(expected[key[1]])}
+    assert not short, f"replicas (broker, partition) without every acknowledged record: {short}"
+
+
+def replica_records(partition_dir: Path) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in a replica's segment files, decoded by kafka-python."""
+    records: list[tuple[int, bytes]] = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        memory = MemoryRecords(segment.read_bytes())
+        while memory.has_next():
+            batch = memory.next_batch()
+            assert batch.validate_crc(), f"{segment}: a batch with a bad CRC"
+            records += [(r.offset, r.value) for r in batch]
+    return records
 
 
 async def test_admin_errors_carry_kafka_codes(cluster):

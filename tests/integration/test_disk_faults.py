@@ -23,6 +23,7 @@ from kafka.record.memory_records import MemoryRecords
 from kazoo.client import KazooClient
 
 from client.producer import Producer
+from client.protocol.records import build_batch
 from devcluster.cluster import LocalCluster
 from devcluster.disk import unavailable_reason
 from devcluster.ports import free_port_block
@@ -113,6 +114,33 @@ def replica_dir(cluster: LocalCluster, broker: int, topic: str, partition: int) 
     return None
 
 
+def assert_valid_kafka_log(segment: Path) -> None:
+    """kafka-python decodes the whole file as whole batches, each with a valid CRC. Its iterator
+    stops quietly at a partial batch at the end (a consumer's fetch may end mid-batch), so the
+    bytes it framed must also be all of the file: a torn tail is not a valid Kafka log."""
+    data = segment.read_bytes()
+    records = MemoryRecords(data)
+    while records.has_next():
+        batch = records.next_batch()
+        assert batch is not None, f"{segment}: bytes that are not a whole batch"
+        assert batch.validate_crc(), f"{segment}: a batch with a bad CRC"
+    assert records.valid_bytes() == len(data), (
+        f"{segment}: only {records.valid_bytes()} of its {len(data)} bytes are whole batches (a torn tail)"
+    )
+
+
+def test_the_segment_oracle_sees_a_torn_tail(tmp_path: Path) -> None:
+    """Without the size check kafka-python's iterator skipped a partial batch at the end."""
+    batches = [build_batch([(None, b"v%d" % i, 0, [])], base_offset=i) for i in range(3)]
+    whole = tmp_path / "00000000000000000000.log"
+    whole.write_bytes(b"".join(batches))
+    assert_valid_kafka_log(whole)
+    torn = tmp_path / "00000000000000000003.log"
+    torn.write_bytes(b"".join(batches) + batches[0][: len(batches[0]) // 2])
+    with pytest.raises(AssertionError, match="a torn tail"):
+        assert_valid_kafka_log(torn)
+
+
 def check_every_replica(cluster: LocalCluster, topic: str, hws: dict[int, int]) -> None:
     """Byte-identical below the HW on every replica, and every segment a valid Kafka log."""
     for partition, hw in hws.items():
@@ -123,11 +151,7 @@ def check_every_replica(cluster: LocalCluster, topic: str, hws: dict[int, int]) 
                 continue
             replicas[f"broker-{broker}"] = read_replica(found)
             for segment in sorted(found.glob("*.log")):
-                records = MemoryRecords(segment.read_bytes())
-                while records.has_next():
-                    batch = records.next_batch()
-                    assert batch is not None, f"{segment}: bytes that are not a whole batch"
-                    assert batch.validate_crc(), f"{segment}: a batch with a bad CRC"
+                assert_valid_kafka_log(segment)
             assert any(b.last_offset == hw - 1 for b in replicas[f"broker-{broker}"]) or hw == 0, (
                 f"broker {broker} lacks {topic}-{partition} up to its HW {hw}"
             )

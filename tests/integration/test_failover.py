@@ -5,7 +5,7 @@ below the high watermark."""
 
 from __future__ import annotations
 
-import asyncio
+import datetime
 import json
 import os
 import re
@@ -15,8 +15,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from client.connection import BrokerConnection
-from client.protocol.api import ApiKey
-from client.protocol.errors import ErrorCode
+from client.protocol.api import CONSUMER_REPLICA_ID, LATEST_TIMESTAMP, ApiKey
+from client.protocol.errors import ErrorCode, KafkaError
 from tests.integration.cluster_fixtures import start_cluster
 from tests.integration.failover_helpers import (
     assert_replicas_identical,
@@ -25,6 +25,7 @@ from tests.integration.failover_helpers import (
     eventually,
     high_watermarks,
     partition_state,
+    produce_outcomes,
     produce_values,
     read_all,
 )
@@ -90,22 +91,59 @@ async def test_leader_sigkill_elects_an_isr_member_and_keeps_every_acknowledged_
 async def test_controlled_shutdown_moves_leadership_before_the_broker_exits(cluster):
     await create_topic(cluster, "cs", 6, 3, {"min.insync.replicas": "2"})
     acked = await produce_values(cluster, "cs", values("cs", 2000))
-    led_by_2 = [p.partition for p in (await describe(cluster, "cs")).partitions if p.leader == 2]
+    assert len(acked) == 2000, "every record acknowledged before the shutdown"
+    before = {p.partition: p for p in (await describe(cluster, "cs")).partitions}
+    led_by_2 = [p for p, d in before.items() if d.leader == 2]
     assert led_by_2, "placement gives every broker some leaderships"
+    pid = cluster.state.brokers[2].pid
 
     cluster.kill(2, "TERM")
+    await eventually(lambda: _true(cluster._procs.exit_code(pid) is not None), "broker 2 to exit")
+    assert cluster._procs.exit_code(pid) == 0
 
-    async def moved():
-        d = await describe(cluster, "cs")
-        return d if all(p.leader not in (2, -1) for p in d.partitions) else None
-
-    d = await eventually(moved, "every leadership moved off broker 2")
-    for p in d.partitions:
-        assert 2 not in p.isr
+    # Before it exited: broker 2 logged the controller's answer (nothing led here any more) while
+    # alive, and ZooKeeper stamped each new leader's partition state before that line.
     broker_out = (cluster.data_dir / "broker-2" / "broker.out").read_text()
-    assert "controlled shutdown succeeded" in broker_out
-    acked += await produce_values(cluster, "cs", values("cs-after", 500))
-    assert_all_acknowledged_present(acked, await read_all(cluster, "cs", 6))
+    (succeeded,) = [line for line in broker_out.splitlines() if "controlled shutdown succeeded" in line]
+    succeeded_ms = _log_line_ms(succeeded)
+    for partition, state_ms in (await _partition_states(cluster, "cs", led_by_2)).items():
+        state, mtime_ms = state_ms
+        assert state["leader"] not in (2, -1) and state["leader"] in before[partition].isr, state
+        assert state["leader_epoch"] > before[partition].leader_epoch, state
+        assert mtime_ms <= succeeded_ms, (
+            f"cs-{partition}: leadership moved at {mtime_ms}, after broker 2 logged success at {succeeded_ms}"
+        )
+
+    d = await describe(cluster, "cs")
+    assert all(p.leader not in (2, -1) and 2 not in p.isr for p in d.partitions), d
+    after = await produce_values(cluster, "cs", values("cs-after", 500))
+    assert len(after) == 500, "every record acknowledged with broker 2 gone"
+    assert_all_acknowledged_present(acked + after, await read_all(cluster, "cs", 6))
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def _log_line_ms(line: str) -> int:
+    """A broker.out line's time (logging's asctime: local time, milliseconds) in epoch ms."""
+    stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return int(stamp.timestamp() * 1000)
+
+
+async def _partition_states(cluster, topic: str, partitions: list[int]) -> dict[int, tuple[dict, int]]:
+    """Each partition's state znode (leader, leader_epoch, isr...) and its mtime in epoch ms."""
+    zk = KazooClient(cluster.zookeeper_connect)
+    zk.start(10)
+    try:
+        states = {}
+        for partition in partitions:
+            data, stat = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+            states[partition] = (json.loads(data), stat.mtime)
+        return states
+    finally:
+        zk.stop()
+        zk.close()
 
 
 async def test_a_leader_and_isr_with_a_stale_controller_epoch_is_rejected(cluster):
@@ -167,11 +205,20 @@ async def _lose_the_whole_isr(cluster, topic: str, unclean: bool):
 
 async def test_with_unclean_election_off_a_partition_whose_isr_is_dead_stays_offline(cluster):
     leader, follower = await _lose_the_whole_isr(cluster, "clean", unclean=False)
-    # The out-of-sync follower is back, yet the partition must stay offline, ISR unchanged.
-    for _ in range(12):
-        p = await partition_state(cluster, "clean", 0)
-        assert p.leader == -1 and p.isr == [leader], p
-        await asyncio.sleep(0.25)
+    # The out-of-sync follower is back, yet the partition must stay offline, ISR unchanged. No
+    # waiting and hoping: the controller handles events one at a time, in order, and ZooKeeper
+    # delivers its watches in the order of the writes. The follower's /brokers/ids znode (the
+    # BrokerChange whose handling would elect it) precedes a new topic's znode (a TopicChange);
+    # once that topic has a leader, the BrokerChange was handled in full.
+    await eventually(lambda: _registered(cluster, follower), f"broker {follower} registered")
+    await create_topic(cluster, "barrier", 1, 1)
+
+    async def barrier_led():
+        return (await partition_state(cluster, "barrier", 0)).leader >= 0
+
+    await eventually(barrier_led, "the controller handled the topic created after the follower's return")
+    p = await partition_state(cluster, "clean", 0)
+    assert p.leader == -1 and p.isr == [leader], p
     # When the last ISR member returns, it leads again with everything it had.
     cluster.start(leader)
 
@@ -210,6 +257,51 @@ async def test_with_unclean_election_on_an_out_of_sync_replica_takes_over(cluste
     logs = await read_all(cluster, "unclean", 1)
     assert [v for _, v in logs[0]] == values("both", 100) + values("new-leader", 20)
     assert_replicas_identical(cluster, "unclean", await high_watermarks(cluster, "unclean", 1))
+
+
+async def _registered(cluster, broker_id: int) -> bool:
+    zk = KazooClient(cluster.zookeeper_connect)
+    zk.start(10)
+    try:
+        return str(broker_id) in zk.get_children("/brokers/ids")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _error_name(exc: BaseException) -> str:
+    return exc.name if isinstance(exc, KafkaError) else type(exc).__name__
+
+
+async def _leader_high_watermark(cluster, broker_id: int, topic: str, partition: int) -> int:
+    """ListOffsets (latest: the HW, as a consumer sees it) sent straight to one broker."""
+    connection = await BrokerConnection.open("127.0.0.1", cluster.state.brokers[broker_id].port)
+    try:
+        response = await connection.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": CONSUMER_REPLICA_ID,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": partition,
+                                "timestamp": LATEST_TIMESTAMP,
+                                "current_leader_epoch": -1,
+                            }
+                        ],
+                    }
+                ],
+            },
+            timeout=5,
+        )
+    finally:
+        connection.close()
+    (answer,) = response["topics"][0]["partitions"]
+    assert answer["error_code"] == ErrorCode.NONE, answer
+    return answer["offset"]
 
 
 def _state_change_events(cluster, broker_id: int) -> list[dict]:
@@ -267,7 +359,7 @@ async def test_a_leader_cut_off_from_zookeeper_cannot_commit_acks_all_alone(clus
     os.kill(zookeeper_pid, signal.SIGSTOP)
     try:
         # well past replica.lag.time.max.ms (4 s): the leader tries to shrink the ISR and cannot
-        outcome = await produce_values(
+        acked, failed = await produce_outcomes(
             cluster,
             "cutoff",
             values("alone", 10),
@@ -276,7 +368,12 @@ async def test_a_leader_cut_off_from_zookeeper_cannot_commit_acks_all_alone(clus
             delivery_timeout_ms=9000,
             retries=0,
         )
-        assert outcome == [], "no acks=all write may be acknowledged by a leader alone"
+        assert acked == [], "no acks=all write may be acknowledged by a leader alone"
+        # ...and they failed for the reason under test: the leader held them until the timeout
+        # (not, say, an unreachable leader or a refused produce).
+        assert len(failed) == 10 and {_error_name(exc) for _, exc in failed} == {"REQUEST_TIMED_OUT"}, failed
+        # The HW, asked of the leader itself (the followers are stopped): where it was.
+        assert await _leader_high_watermark(cluster, p.leader, "cutoff", 0) == 100
 
         # The leader did try to shrink the ISR to itself: that write cannot reach ZooKeeper, so
         # its ISR (and with it the HW) stays where it was, and nothing was acknowledged.

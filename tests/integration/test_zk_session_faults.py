@@ -12,8 +12,10 @@ state-listener callbacks directly; never by timing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -210,7 +212,9 @@ async def test_reregistration_after_session_loss_retries_until_registered(
         server._on_zk_state("LOST")
         server._on_zk_state("CONNECTED")
         assert await _registered(bridge) == bridge.session_id
-        await asyncio.sleep(0.3)  # a retry that is still going would now fail or duplicate
+        # The re-registration must end once registered: wait for exactly that (a retry still
+        # going would keep it running past the bound, or end it with an exception below).
+        await asyncio.wait_for(asyncio.wait(server._tasks), 10)
         assert zk.injected == ["create after commit" if after_commit else "create before"]
         assert all(t.done() for t in server._tasks)
         assert all(t.exception() is None for t in server._tasks)
@@ -234,9 +238,11 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
     bridge.session_timeout_ms = 200  # register_broker gives up on the old session after 0.3 s
     try:
         await zk_register_as(old)
-        server._on_zk_state("LOST")
-        server._on_zk_state("CONNECTED")
-        await asyncio.sleep(1.0)  # longer than register_broker's own wait: a retry must be pending
+        with _first_log(server_log, "re-registration in ZooKeeper failed") as gave_up:
+            server._on_zk_state("LOST")
+            server._on_zk_state("CONNECTED")
+            # register_broker's own wait ended (NodeExistsError): only a retry can register now.
+            await asyncio.wait_for(gave_up.wait(), 10)
         await old.close()  # the previous session ends: its ephemeral goes
         assert await _registered(bridge) == bridge.session_id
     finally:
@@ -245,6 +251,27 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
         await asyncio.gather(*server._tasks, return_exceptions=True)
         await old.close()
         await bridge.close()
+
+
+server_log = logging.getLogger("broker.server")
+
+
+@contextlib.contextmanager
+def _first_log(logger: logging.Logger, text: str) -> Iterator[asyncio.Event]:
+    """An event set (on the loop's thread, where the broker logs) by the first record with ``text``."""
+    seen = asyncio.Event()
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                seen.set()
+
+    handler = Handler(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
 
 
 async def zk_register_as(bridge: ZkBridge) -> None:

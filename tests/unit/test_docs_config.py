@@ -9,9 +9,10 @@ Three sections of docs/operations.md sit between ``<!-- BEGIN generated: NAME --
   valid values and meaning (:data:`MEANINGS`, else the property's own ``doc``);
 - ``topic-config``: every topic-level override of ``broker.config.TOPIC_TO_BROKER``.
 
-The tests check that every config key appears with its current type and default, and every
-command with all of its options, so a new key, flag or default fails the suite until the docs
-are regenerated::
+The tests regenerate each section and compare it with the doc's exactly, so any change the
+generator would make (a new key, flag, default, help text or meaning) fails the suite until the
+docs are regenerated; they also check that every config key appears with its current type and
+default, and every command with all of its options, to name what is missing::
 
     .venv/bin/python tests/unit/test_docs_config.py --write     # rewrite the generated sections
     .venv/bin/python tests/unit/test_docs_config.py             # print them
@@ -333,6 +334,27 @@ def test_every_cli_command_and_option_is_documented(doc: str) -> None:
             assert argument in blocks[name], (
                 f"`{name}` argument {argument} is not documented; run {REGENERATE}"
             )
+
+
+def stale_sections(doc: str) -> list[str]:
+    """The generated sections whose text in ``doc`` differs from a fresh generation."""
+    return [name for name, content in generated().items() if section(doc, name) != f"\n{content}\n"]
+
+
+def test_every_generated_section_is_exactly_what_the_generator_writes(doc: str) -> None:
+    stale = stale_sections(doc)
+    assert not stale, f"docs/operations.md's generated sections {stale} are stale; run {REGENERATE}"
+
+
+def test_a_stale_meaning_or_help_text_is_caught(doc: str) -> None:
+    """What the name checks cannot see: a row whose key, type and default still match."""
+    key = "replica.lag.time.max.ms"
+    row = next(line for line in section(doc, "broker-config").splitlines() if line.startswith(f"| `{key}`"))
+    assert stale_sections(doc.replace(row, row.replace("removed from the ISR", "dropped"))) == [
+        "broker-config"
+    ]
+    help_text = "Show the version and exit."
+    assert stale_sections(doc.replace(help_text, "Print the version.")) == ["cli"]
 
 
 def test_generated_sections_fit_in_their_markers() -> None:

@@ -81,10 +81,14 @@ async def test_withdrawn_requests_are_never_admitted():
 async def test_receive_waits_for_a_request():
     channel = RequestChannel(queued_max_requests=4, num_processors=1)
     waiter = asyncio.create_task(channel.receive_request())
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # the task runs to its first suspension: the empty queue's get()
     assert not waiter.done()
-    channel.send_request(make_request(channel, 9), lambda: None)
-    assert (await asyncio.wait_for(waiter, 1)).header.correlation_id == 9
+    sent = make_request(channel, 9)
+    channel.send_request(sent, lambda: None)
+    # What ends the wait is this request and nothing else: a receive that returned early (at
+    # whatever time) would have returned something other than ``sent``, or raised.
+    assert await asyncio.wait_for(waiter, 1) is sent
+    assert channel.request_queue_size == 0
 
 
 async def test_responses_go_to_their_processors_queue():
