@@ -30,7 +30,7 @@ DESCRIPTIONS = {
     "lost": "acknowledged writes missing from the committed log",
     "duplicate": "values at more than one committed offset",
     "divergent": "offsets below the HW that replicas hold differently",
-    "out_of_order": "records whose producer sequence does not increase with the offset",
+    "out_of_order": "records whose producer epoch and sequence do not increase with the offset",
     "hw_above_leo": "replicas whose checkpointed HW is above their log end offset",
     "epoch_cache_inconsistent": "replicas whose leader-epoch-checkpoint disagrees with their batches",
 }
@@ -140,8 +140,9 @@ def _row_line(name: str, row: dict[str, Any]) -> str:
         )
     if name == "out_of_order":
         return (
-            f"{row['topic']}-{row['partition']} producer {row['producer_id']}/{row['producer_epoch']}: "
-            f"sequence {row['sequence']} at offset {row['offset']} after sequence {row['previous_sequence']} "
+            f"{row['topic']}-{row['partition']} producer {row['producer_id']}: "
+            f"epoch/sequence {row['producer_epoch']}/{row['sequence']} at offset {row['offset']} "
+            f"after {row.get('previous_epoch', row['producer_epoch'])}/{row['previous_sequence']} "
             f"at offset {row['previous_offset']}"
         )
     if name == "hw_above_leo":
