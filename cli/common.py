@@ -11,11 +11,13 @@ is read here as plain JSON (its format is the contract): the client library neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -114,6 +116,28 @@ def binary_stream(name: str) -> BinaryIO:
 
 
 # -- async plumbing ------------------------------------------------------------------------------
+
+
+#: CPython's generation-0 collection threshold during a perf run (the default is 700).
+LOAD_GENERATOR_GC_THRESHOLD = (50_000, 20, 100)
+
+
+@contextlib.contextmanager
+def load_generator_gc() -> Iterator[None]:
+    """A perf run holds up to 50,000 records with their futures and callbacks, and
+    CPython's cyclic collector, run every 700 net allocations, kept rescanning them: about a third
+    of the perf client's CPU went to it (py-spy, docs/benchmarks.md "The perf client's garbage
+    collector"), and the client is what bounds a produce run. So the run freezes what start-up
+    allocated and collects the young generation every 50,000 allocations instead (Kafka's perf
+    tools likewise run with the collector settings of its launch script, kafka-run-class.sh)."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*LOAD_GENERATOR_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

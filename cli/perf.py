@@ -16,13 +16,11 @@ for bench scripts. The stats, throttle and formatting are pure, with the clock p
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import json
 import random
 import string
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,6 +34,7 @@ from cli.common import (
     bootstrap_option,
     client_kwargs,
     close_quietly,
+    load_generator_gc,
     maybe_await,
     parse_pairs,
     resolve_bootstrap,
@@ -48,30 +47,10 @@ MAX_SAMPLES = 500_000
 MAX_IN_FLIGHT = 50_000
 MIN_SLEEP_S = 0.002
 MB = 1024 * 1024
-#: CPython's generation-0 collection threshold during a perf run (the default is 700).
-LOAD_GENERATOR_GC_THRESHOLD = (50_000, 20, 100)
 CONSUMER_HEADER = (
     "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
     "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
 )
-
-
-@contextlib.contextmanager
-def load_generator_gc() -> Iterator[None]:
-    """A perf run holds up to ``MAX_IN_FLIGHT`` records with their futures and callbacks, and
-    CPython's cyclic collector, run every 700 net allocations, kept rescanning them: about a third
-    of the perf client's CPU went to it (py-spy, docs/benchmarks.md "The perf client's garbage
-    collector"), and the client is what bounds a produce run. So the run freezes what start-up
-    allocated and collects the young generation every 50,000 allocations instead. Kafka's
-    ProducerPerformance tunes its JVM's collector the same way, from its launch script."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(*LOAD_GENERATOR_GC_THRESHOLD)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _rate(amount: float, seconds: float) -> float:

@@ -22,7 +22,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli import perf, topics
+from cli import common, perf, topics
 from cli.common import BOOTSTRAP_ENV, CliError, client_kwargs, resolve_bootstrap, run
 from cli.main import build_cli
 from cli.produce import split_key
@@ -797,8 +797,8 @@ def test_a_perf_run_collects_less_often_and_restores_the_collector_after() -> No
     import gc
 
     before = gc.get_threshold()
-    with pytest.raises(RuntimeError), perf.load_generator_gc():
-        assert gc.get_threshold() == perf.LOAD_GENERATOR_GC_THRESHOLD
+    with pytest.raises(RuntimeError), common.load_generator_gc():
+        assert gc.get_threshold() == common.LOAD_GENERATOR_GC_THRESHOLD
         assert gc.get_freeze_count() > 0
         raise RuntimeError("the run failed")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
