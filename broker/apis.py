@@ -283,7 +283,7 @@ class KafkaApis:
                     }
                 )
                 continue
-            await topic_admin.request_topic_deletion(self.zk, name)
+            await topic_admin.delete_topic(self.zk, name)
             deleting.append(name)
             results.append({"name": name, "error_code": ErrorCode.NONE, "error_message": None})
         if deleting:

@@ -224,3 +224,39 @@ def test_killing_the_controller_elects_another_with_higher_epoch(cluster, zk):
     while zk.exists(f"/brokers/ids/{old}") is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert zk.exists(f"/brokers/ids/{old}") is not None
+
+
+async def test_delete_topics_through_the_api_removes_the_topic_everywhere(cluster, zk):
+    """DeleteTopics (Kafka's AdminZkClient.deleteTopic: /admin/delete_topics/<t>, then the
+    controller's TopicDeletionManager): answered NONE, then gone from the metadata, from
+    ZooKeeper and from every broker's log dir. (The API handler called a function that did not
+    exist until this test: every DeleteTopics answered with an error.)"""
+    from tests.integration.failover_helpers import eventually
+
+    await create(cluster, "doomed", 2, 3)
+    producer = Producer(cluster.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        for i in range(10):
+            await (await producer.send("doomed", f"v{i}".encode()))
+    finally:
+        await producer.close()
+    dirs = [cluster.data_dir / f"broker-{b}" / "data" / f"doomed-{p}" for b in (1, 2, 3) for p in (0, 1)]
+    assert all(d.is_dir() for d in dirs)
+    admin = AdminClient(cluster.bootstrap_servers)
+    await admin.start()
+    try:
+        errors = await admin.delete_topics(["doomed"])
+        assert errors == {"doomed": None}, errors
+
+        async def gone() -> bool:
+            return (
+                zk.exists("/brokers/topics/doomed") is None
+                and zk.exists("/admin/delete_topics/doomed") is None
+                and not any(d.exists() for d in dirs)
+                and "doomed" not in await admin.list_topics()
+            )
+
+        await eventually(gone, "the topic gone from ZooKeeper, the log dirs and the metadata")
+    finally:
+        await admin.close()
