@@ -96,7 +96,12 @@ class ZkBridge:
         session_timeout_ms: int = 18000,
         loop: asyncio.AbstractEventLoop | None = None,
         retry_timeout_s: float | None = None,
+        client_factory: Callable[..., Any] | None = None,
     ) -> None:
+        """``client_factory`` (default KazooClient) is called with kazoo's ``hosts``, ``timeout``
+        and ``connection_retry``; a client whose ``start`` is a coroutine function runs on the
+        loop (the simulator's, :mod:`sim.zk_client`): it is started and stopped without a thread
+        and calls back on the loop itself."""
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.retry_timeout_s = session_timeout_ms / 1000.0 if retry_timeout_s is None else retry_timeout_s
@@ -107,7 +112,10 @@ class ZkBridge:
         # after a long outage a broker would come back long after ZooKeeper did (and its session
         # would expire for nothing); Kafka's client retries its connection without such growth.
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000.0, connection_retry=retry)
+        factory = KazooClient if client_factory is None else client_factory
+        self.client = factory(hosts=connect, timeout=session_timeout_ms / 1000.0, connection_retry=retry)
+        #: the client calls back on the loop's own thread (no kazoo threads to hop from)
+        self._on_loop = asyncio.iscoroutinefunction(getattr(self.client, "start", None))
         self._listeners: list[Callable[[str], None]] = []
         self._wrappers: dict[Callable, Callable[[WatchedEvent], None]] = {}
         self._closed = False
@@ -124,7 +132,10 @@ class ZkBridge:
 
     async def start(self, timeout: float = 15.0) -> None:
         _ = self.loop
-        await asyncio.to_thread(self.client.start, timeout)
+        if self._on_loop:
+            await self.client.start(timeout)
+        else:
+            await asyncio.to_thread(self.client.start, timeout)
         self._request_session()
 
     async def close(self) -> None:
@@ -132,6 +143,12 @@ class ZkBridge:
         if self._closed:
             return
         self._closed = True
+        if self._on_loop:
+            try:
+                await self.client.stop()
+            finally:
+                await self.client.close()
+            return
         await asyncio.to_thread(self._stop_and_close)
 
     def _stop_and_close(self) -> None:
@@ -186,7 +203,7 @@ class ZkBridge:
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed between the check and the call
-            loop.call_soon_threadsafe(fn, *args)
+            (loop.call_soon if self._on_loop else loop.call_soon_threadsafe)(fn, *args)
 
     def _wrap(self, watch: Callable[[WatchedEvent], None] | None) -> Callable[[WatchedEvent], None] | None:
         if watch is None:
