@@ -5,7 +5,8 @@ Reads a Kafka-style properties file, applies overrides, refuses unknown keys and
 by name, and runs one broker on uvloop. SIGTERM shuts down with a controlled shutdown first
 (leaderships move away, when ``controlled.shutdown.enable``); SIGINT shuts down cleanly
 without it (``floodmark cluster down`` stops every broker at once, when there is nowhere to
-move leadership to).
+move leadership to). Before anything opens a file, the soft RLIMIT_NOFILE is raised to the hard
+limit (broker/file_budget.py).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 
 import uvloop
 
 from broker.config import BrokerConfig, ConfigError, parse_overrides
+from broker.file_budget import raise_open_files_limit
 from broker.server import BrokerServer
 
 
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"floodmark-broker: configuration error: {exc}", file=sys.stderr)
         return 2
+    raise_open_files_limit(resource)  # the file budget (broker/file_budget.py) is taken under it
     uvloop.run(run(config))
     return 0
 

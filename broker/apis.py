@@ -253,6 +253,7 @@ class KafkaApis:
         if validate_only:
             if await topic_exists(self.zk, name):
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            await topic_admin.check_file_budget(self.zk, assignment)  # create_topic checks it too
             return
         await topic_admin.create_topic(self.zk, name, assignment, dict(spec["configs"]))
 

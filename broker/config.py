@@ -12,6 +12,8 @@ settings object is built here from the properties (``log_config``, ``network_con
 
 from __future__ import annotations
 
+import resource
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.log import LogConfig
 from broker.network import Listener, NetworkConfig
+from broker.network.quotas import derived_connection_limits
 from controller.controller import ControllerConfig
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
@@ -91,8 +94,41 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("num.io.threads", "int", 8, low=1),
     Prop("queued.max.requests", "int", 500, low=1),
     Prop("socket.request.max.bytes", "int", 104857600, low=1),
-    Prop("max.connections", "int", INT_MAX, low=0),
+    Prop(
+        "max.connections",
+        "int",
+        -1,
+        low=-1,
+        doc="Most connections the broker keeps at once (the inter-broker listener's do not count when "
+        "there are several listeners); one more is closed at once and counted. -1: derived from the "
+        "open-file limit (the soft RLIMIT_NOFILE at start): max(16, limit // 8).",
+    ),
+    Prop(
+        "max.connections.per.ip",
+        "int",
+        -1,
+        low=-1,
+        doc="Most connections from one address; one more is closed at once and counted. "
+        "-1: half of max.connections.",
+    ),
+    Prop(
+        "max.connections.per.ip.overrides",
+        "str",
+        "",
+        doc="Per-address exceptions to max.connections.per.ip: `host:count,host:count` "
+        "(a host name is resolved at start).",
+    ),
     Prop("connections.max.idle.ms", "int", 600000, low=1),
+    Prop(
+        "queued.max.request.bytes",
+        "int",
+        200 * 1024 * 1024,
+        low=-1,
+        doc="Bytes of requests being received, queued or handled at once (the memory pool): a "
+        "frame's bytes are granted when its length is read and released when it is answered; a "
+        "connection waiting for them stops reading. Frames over 1 MiB share half of it. -1: unbounded "
+        "(Kafka's default).",
+    ),
     Prop("default.replication.factor", "int", 1, low=1),
     Prop("num.partitions", "int", 1, low=1),
     Prop("min.insync.replicas", "int", 1, low=1),
@@ -315,16 +351,36 @@ class BrokerConfig:
             producer_id_expiration_ms=self["producer.id.expiration.ms"],  # broker-wide, as in Kafka
         )
 
-    def network_config(self) -> NetworkConfig:
-        """The socket server's settings (Kafka's SocketServer and KafkaRequestHandlerPool)."""
+    def network_config(self, file_budget: int | None = None) -> NetworkConfig:
+        """The socket server's settings (Kafka's SocketServer and KafkaRequestHandlerPool). The
+        connection limits left at -1 are derived from ``file_budget`` (default: the soft
+        RLIMIT_NOFILE now, so call it after the broker has raised its limit)."""
+        if file_budget is None:
+            file_budget = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if file_budget == resource.RLIM_INFINITY:
+                file_budget = INT_MAX
+        derived_max, derived_per_ip = derived_connection_limits(file_budget)
+        max_connections = self["max.connections"]
+        max_connections = derived_max if max_connections < 0 else max_connections
+        per_ip = self["max.connections.per.ip"]
+        per_ip = max(1, max_connections // 2) if per_ip < 0 else per_ip
+        pool_bytes = self["queued.max.request.bytes"]
+        if pool_bytes == 0:
+            raise ConfigError(
+                "Invalid value 0 for configuration queued.max.request.bytes: use -1 or more than 0"
+            )
         return NetworkConfig(
             listeners=tuple(Listener(e.listener_name, e.host, e.port) for e in self.listeners),
             num_network_threads=self["num.network.threads"],
             num_io_threads=self["num.io.threads"],
             queued_max_requests=self["queued.max.requests"],
             socket_request_max_bytes=self["socket.request.max.bytes"],
-            max_connections=self["max.connections"],
+            max_connections=max_connections,
+            max_connections_per_ip=per_ip,
+            max_connections_per_ip_overrides=parse_per_ip_overrides(self["max.connections.per.ip.overrides"]),
             connections_max_idle_ms=self["connections.max.idle.ms"],
+            queued_max_request_bytes=None if pool_bytes < 0 else pool_bytes,
+            inter_broker_listener=self.inter_broker_listener_name,
         )
 
     def controller_config(self) -> ControllerConfig:
@@ -357,6 +413,29 @@ def _check_typed(prop: Prop, value: Any) -> Any:
         if isinstance(value, bool)
         else str(value)
     )
+
+
+def parse_per_ip_overrides(value: str) -> tuple[tuple[str, int], ...]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs (Kafka's), each host resolved to
+    its addresses (an IPv6 address in brackets)."""
+    out: list[tuple[str, int]] = []
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().removeprefix("[").removesuffix("]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(
+                f"Invalid value {item!r} in configuration max.connections.per.ip.overrides: expected host:count"
+            )
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except OSError as exc:
+            raise ConfigError(
+                f"max.connections.per.ip.overrides: cannot resolve {host!r}: {exc.strerror or exc}"
+            ) from None
+        out.extend((address, int(count)) for address in sorted(addresses))
+    return tuple(out)
 
 
 def parse_protocol_map(value: str) -> dict[str, str]:

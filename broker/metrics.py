@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from client.protocol.api import ApiKey
+from zk.data import FileBudget
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ class BrokerState:
     isr_expands: int
     offline_replicas: int = 0  # KIP-112: partitions whose log dir is offline
     offline_log_dirs: int = 0
+    #: EMFILE, ENFILE, ENOMEM, ENOBUFS met by the logs, by errno name (never a log dir failure)
+    resource_errors: dict[str, int] = field(default_factory=dict)
+    file_budget: FileBudget | None = None
+    open_files: int | None = None
 
 
 class _StateCollector(Collector):
@@ -96,6 +101,28 @@ class _StateCollector(Collector):
             "Log dirs of this broker that an I/O error took offline (KIP-112)",
             state.offline_log_dirs,
         )
+        errors = CounterMetricFamily(
+            "kafka_log_logdirfailurechannel_resourceerrors",
+            "I/O calls of the logs that failed for lack of a file descriptor or memory, by errno "
+            "(the operation failed and is retried; the log dir stays online)",
+            labels=["error"],
+        )
+        for name, count in sorted(state.resource_errors.items()):
+            errors.add_metric([name], count)
+        yield errors
+        if state.file_budget is not None:
+            yield gauge(
+                "kafka_server_filebudget_openfileslimit",
+                "The open-file limit (soft RLIMIT_NOFILE) the broker runs under",
+                state.file_budget.open_files_limit,
+            )
+            yield gauge(
+                "kafka_server_filebudget_maxreplicas",
+                "Replicas this broker's file budget holds (CreateTopics past it is refused)",
+                state.file_budget.max_replicas,
+            )
+        if state.open_files is not None:
+            yield gauge("kafka_server_filebudget_openfiles", "File descriptors open now", state.open_files)
         yield CounterMetricFamily(
             "kafka_server_replicamanager_isrshrinks",
             "ISR shrinks written by this broker",
@@ -136,6 +163,14 @@ class BrokerMetrics:
         self.errors = Counter(
             "kafka_network_errors", "Network-level errors by kind", ["kind"], registry=self.registry
         )
+        # Kafka's socket-server-metrics connection-creation/close meters per listener (rates are
+        # Prometheus' rate() of these totals), and the connections refused at a limit.
+        self.connections = Counter(
+            "kafka_server_socket_server_metrics_connection",
+            "Connections created, closed, or refused at max.connections / max.connections.per.ip",
+            ["listener", "event"],
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(snapshot))
         self._server = None
         self.port: int | None = None
@@ -154,6 +189,9 @@ class BrokerMetrics:
 
     def on_error(self, kind: str) -> None:
         self.errors.labels(kind).inc()
+
+    def on_connection(self, listener: str, event: str) -> None:
+        self.connections.labels(listener, event).inc()
 
     # -- the endpoint -------------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> int:

@@ -15,30 +15,37 @@ import inspect
 import logging
 import os
 import random
+import resource
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
+from broker.file_budget import current_budget, log_budget, open_files
 from broker.log import LogManager
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import Request, SocketServer
+from broker.network.acceptor import Acceptor
+from broker.network.socket_server import AcceptorFactory
 from broker.replica.fetcher import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
+from client.connection import BrokerConnection, ConnectionFactory
 from controller.controller import KafkaController
 from zk.bridge import ZkBridge
 from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
-from zk.data import EndPoint
+from zk.data import EndPoint, FileBudget
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,22 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True)
+class ServerRuntime:
+    """What the broker takes from outside the process beyond its clock and randomness: ZooKeeper
+    clients, outgoing connections, listening sockets, the monotonic clock of request timing. The
+    defaults are the real ones; the simulator (docs/design.md "Simulation") passes its in-memory
+    ZooKeeper's clients, its network's connections and acceptors, and its virtual clock."""
+
+    #: ZkBridge's ``client_factory`` (None: kazoo's KazooClient)
+    zk_client_factory: Callable[..., Any] | None = None
+    #: opens the controller channel's, the replica fetchers' and controlled shutdown's connections
+    connect: ConnectionFactory = BrokerConnection.open
+    #: makes each listener's acceptor (default: a listening socket)
+    acceptor_factory: AcceptorFactory = Acceptor
+    monotonic: Callable[[], float] = time.monotonic
+
+
 class BrokerServer:
     def __init__(
         self,
@@ -58,8 +81,10 @@ class BrokerServer:
         time_ms: Callable[[], int] = wall_clock_ms,
         rng: random.Random | None = None,
         halt: Callable[[int], None] = os._exit,
+        runtime: ServerRuntime | None = None,
     ) -> None:
         self.config = config
+        self.runtime = runtime or ServerRuntime()
         #: Kafka's Exit.halt: how the broker stops when every log dir has failed (KIP-112).
         self.halt = halt
         self.broker_id = config.broker_id
@@ -73,6 +98,8 @@ class BrokerServer:
         self.port: int | None = None  # the first listener's bound port
         #: Listener name -> bound port, once the socket server is up (Kafka's boundPort).
         self.bound_ports: dict[str, int] = {}
+        #: published in /brokers/ids/<id> (broker/file_budget.py); taken at start-up
+        self.file_budget: FileBudget | None = None
 
     # -- start-up ----------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -86,12 +113,23 @@ class BrokerServer:
             lambda d, _msg: loop.call_soon_threadsafe(self._on_log_dir_failure, d)
         )
         self.log_manager = LogManager(cfg.log_dirs, cfg.log_config(), self.time_ms, self.log_dir_failures)
+        self.file_budget = current_budget(resource)
         await loop.run_in_executor(None, self.log_manager.load_logs)
+        if self.log_dir_failures.resource_errors:  # EMFILE loading the logs: not a disk failure
+            raise RuntimeError(
+                f"cannot load the logs within the open-file limit {self.file_budget.open_files_limit}"
+                f" ({self.log_dir_failures.resource_errors}): raise the limit (ulimit -n) and restart"
+            )
         if not self.log_manager.online_log_dirs:
             self._halt_all_log_dirs_failed()
             return
+        log_budget(self.file_budget, self.broker_id, len(self.log_manager.all_logs()))
 
-        self.zk = ZkBridge(cfg["zookeeper.connect"], session_timeout_ms=cfg["zookeeper.session.timeout.ms"])
+        self.zk = ZkBridge(
+            cfg["zookeeper.connect"],
+            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
+            client_factory=self.runtime.zk_client_factory,
+        )
         await self.zk.start(timeout=cfg["zookeeper.connection.timeout.ms"] / 1000)
         self.zk.add_state_listener(self._on_zk_state)
         self.cluster_id = await self._get_or_create_cluster_id()
@@ -105,7 +143,7 @@ class BrokerServer:
             self.state_change_log,
             self._topic_config,
             isr_store=ZkIsrStore(self.zk),
-            fetcher_manager=ReplicaFetcherManager,
+            fetcher_manager=self._fetcher_manager_factory(),
         )
         self.controller = KafkaController(
             self.broker_id,
@@ -114,6 +152,7 @@ class BrokerServer:
             self.time_ms,
             self.rng,
             self.state_change_log,
+            self.runtime.connect,
         )
         self.apis = KafkaApis(
             cfg,
@@ -134,6 +173,8 @@ class BrokerServer:
             cfg.network_config(),
             self._handle,
             self.metrics,
+            self.runtime.acceptor_factory,
+            self.runtime.monotonic,
         )
         await self.socket_server.start()
         if cfg["metrics.port"] >= 0:
@@ -150,6 +191,16 @@ class BrokerServer:
                 f"{e.listener_name}://{e.host}:{self.bound_ports[e.listener_name]}" for e in cfg.listeners
             ),
         )
+
+    def _fetcher_manager_factory(self) -> Callable[[ReplicaManager], ReplicaFetcherManager]:
+        connect = self.runtime.connect
+        if connect is BrokerConnection.open:
+            return ReplicaFetcherManager
+
+        async def open_connection(host: str, port: int, client_id: str) -> BrokerConnection:
+            return await connect(host, port, client_id=client_id)
+
+        return partial(ReplicaFetcherManager, connect=open_connection)
 
     def _metrics_snapshot(self) -> BrokerState:
         """The gauges of docs/operations.md "Metrics", read from the subsystems that own the state,
@@ -169,6 +220,9 @@ class BrokerServer:
             isr_expands=isr.isr_expands if isr else 0,
             offline_replicas=len(rm.offline_partitions),
             offline_log_dirs=len(self.log_dir_failures.offline_dirs),
+            resource_errors=self.log_dir_failures.resource_errors,
+            file_budget=self.file_budget,
+            open_files=open_files(),
         )
 
     async def _handle(self, request: Request) -> None:
@@ -192,7 +246,9 @@ class BrokerServer:
         ]
 
     async def _register(self) -> None:
-        epoch = await register_broker(self.zk, self.broker_id, self.advertised_endpoints(), self.time_ms)
+        epoch = await register_broker(
+            self.zk, self.broker_id, self.advertised_endpoints(), self.time_ms(), file_budget=self.file_budget
+        )
         self.replica_manager.broker_epoch = epoch
         self._registered.set()
         log.info("[KafkaServer id=%d] registered with broker epoch %d", self.broker_id, epoch)
@@ -379,6 +435,7 @@ class BrokerServer:
                 self.replica_manager.broker_epoch,
                 self.zk,
                 self.config.controlled_shutdown_settings(),
+                self.runtime.connect,
             )
         for task in self._tasks:
             task.cancel()

@@ -11,22 +11,30 @@ Creating a topic is writing its znodes; the controller's watch on /brokers/topic
   never exists without its config and a failed create never overwrites another topic's config;
 * :func:`delete_topic`: marks the topic under /admin/delete_topics, for the controller;
 * :func:`add_partitions`: appends partitions to an existing topic (a partition count only grows:
-  Kafka never removes partitions).
+  Kafka never removes partitions);
+* :func:`check_file_budget`: both refuse, with POLICY_VIOLATION and before anything is written,
+  new replicas that would take a broker past the file budget it published in /brokers/ids/<id>
+  (docs/design.md "The file budget"). Its count is the replicas assigned in /brokers/topics: two
+  creations racing each other can both pass it, and then the brokers meet EMFILE, which fails
+  only the operations that met it (broker/log/log_dir_failure.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import re
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from client.protocol.errors import ErrorCode, KafkaError
 from controller import placement
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
-from zk.data import decode_topic_assignment, encode_topic_assignment, encode_topic_config
+from zk.client import get_broker, get_topic_assignment
+from zk.data import FileBudget, decode_topic_assignment, encode_topic_assignment, encode_topic_config
 from zk.paths import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
@@ -106,6 +114,41 @@ def validate_assignment(
             )
 
 
+def file_budget_violations(
+    budgets: Mapping[int, FileBudget], hosted: Mapping[int, int], new: Mapping[int, int]
+) -> list[str]:
+    """Why adding ``new`` replicas (per broker) to the ``hosted`` ones would take a broker past
+    its published budget; empty when none would. Brokers without a budget are not checked."""
+    problems = []
+    for broker, added in sorted(new.items()):
+        budget = budgets.get(broker)
+        total = hosted.get(broker, 0) + added
+        if budget is not None and added > 0 and total > budget.max_replicas:
+            problems.append(
+                f"broker {broker} would hold {total} replicas ({hosted.get(broker, 0)} assigned + "
+                f"{added} new), past its file budget of {budget.max_replicas} replicas (open-file "
+                f"limit {budget.open_files_limit}, reserve {budget.reserve}, "
+                f"{budget.files_per_replica} files per replica)"
+            )
+    return problems
+
+
+async def check_file_budget(zk: ZkBridge, new_assignment: Mapping[int, Sequence[int]]) -> None:
+    """Refuse ``new_assignment`` with POLICY_VIOLATION when it would take a registered broker past
+    its file budget, counting every replica assigned in /brokers/topics (topics being deleted
+    too: their files are still open)."""
+    new = Counter(b for replicas in new_assignment.values() for b in replicas)
+    brokers = await asyncio.gather(*(get_broker(zk, b) for b in sorted(new)))
+    budgets = {info.id: info.file_budget for info in brokers if info is not None and info.file_budget}
+    if not budgets:
+        return
+    assignments = await asyncio.gather(*(get_topic_assignment(zk, t) for t in await all_topics(zk)))
+    hosted = Counter(b for a in assignments if a for replicas in a.values() for b in replicas if b in budgets)
+    problems = file_budget_violations(budgets, hosted, new)
+    if problems:
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, "; ".join(problems))
+
+
 async def live_broker_ids(zk: ZkBridge) -> list[int]:
     children = await zk.get_children(BROKER_IDS_PATH) or []
     return sorted(int(c) for c in children)
@@ -139,6 +182,7 @@ async def create_topic(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{topic}' collides with existing topics: {', '.join(colliding)}",
             )
+    await check_file_budget(zk, assignment)
     config_data = encode_topic_config(configs or {})
     for _ in range(3):
         stale_config = await zk.exists(config_topic_path(topic))
@@ -215,6 +259,7 @@ async def add_partitions(
             start_partition_id=len(existing),
         )
     validate_assignment(assignment_of_new, brokers, first_partition=len(existing), replication_factor=rf)
+    await check_file_budget(zk, assignment_of_new)
     try:
         await zk.set(
             topic_path(topic), encode_topic_assignment({**existing, **assignment_of_new}), stat.version

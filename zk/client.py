@@ -24,6 +24,7 @@ from zk.data import (
     PRODUCER_ID_BLOCK_SIZE,
     BrokerInfo,
     EndPoint,
+    FileBudget,
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     ProducerIdBlock,
@@ -217,9 +218,10 @@ async def register_broker(
     endpoints: Sequence[EndPoint],
     time_ms: int,
     timeout: float | None = None,
+    file_budget: FileBudget | None = None,
 ) -> int:
     """Create the ephemeral /brokers/ids/<id> holding every advertised ``endpoints`` (KIP-103)
-    and return its czxid (the broker epoch).
+    and the broker's ``file_budget``, and return its czxid (the broker epoch).
 
     If the znode exists and belongs to this session, that is success. If it belongs to an older
     session of the same broker (a quick restart), wait for ZooKeeper to expire that session, at
@@ -227,7 +229,7 @@ async def register_broker(
     id is still there after that and the NodeExistsError is raised.
     """
     path = broker_id_path(broker_id)
-    data = encode_broker_registration(endpoints, time_ms)
+    data = encode_broker_registration(endpoints, time_ms, file_budget=file_budget)
     await zk.ensure_path(BROKER_IDS_PATH)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout if timeout is not None else 1.5 * zk.session_timeout_ms / 1000.0)

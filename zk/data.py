@@ -60,6 +60,40 @@ class EndPoint:
 
 
 @dataclass(frozen=True)
+class FileBudget:
+    """How many files a broker may hold open for its replicas (docs/design.md "The file budget"):
+    its open-file limit (the soft RLIMIT_NOFILE, raised to the hard one at start), less a
+    ``reserve`` for everything else (ZooKeeper, sockets, checkpoints), at ``files_per_replica``
+    each. Published in /brokers/ids/<id> as ``file_budget``, so CreateTopics and
+    CreatePartitions at any broker can refuse replicas past any broker's budget."""
+
+    open_files_limit: int
+    reserve: int
+    files_per_replica: int
+
+    @property
+    def max_replicas(self) -> int:
+        return max(0, self.open_files_limit - self.reserve) // max(1, self.files_per_replica)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "open_files_limit": self.open_files_limit,
+            "reserve": self.reserve,
+            "files_per_replica": self.files_per_replica,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> FileBudget | None:
+        """None for a registration without one (an older broker, Kafka): no budget to check."""
+        if not isinstance(obj, dict):
+            return None
+        try:
+            return cls(int(obj["open_files_limit"]), int(obj["reserve"]), int(obj["files_per_replica"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class BrokerInfo:
     """A live broker as its /brokers/ids/<id> znode describes it. ``epoch`` is the znode's czxid
     (Kafka's broker epoch): a broker that re-registers gets a new one.
@@ -76,6 +110,8 @@ class BrokerInfo:
     rack: str | None = None
     epoch: int = -1
     endpoints: tuple[EndPoint, ...] = ()
+    #: the broker's published file budget (None: it published none)
+    file_budget: FileBudget | None = None
 
     def __post_init__(self) -> None:
         if not self.endpoints and self.host and self.port >= 0:
@@ -157,10 +193,15 @@ def _loads(data: bytes) -> Any:
 
 
 def encode_broker_registration(
-    endpoints: Sequence[EndPoint], timestamp_ms: int, rack: str | None = None
+    endpoints: Sequence[EndPoint],
+    timestamp_ms: int,
+    rack: str | None = None,
+    file_budget: FileBudget | None = None,
 ) -> bytes:
     """Kafka's BrokerIdZNode v4: every advertised endpoint, the listener -> security protocol map,
-    and the legacy ``host``/``port`` of the PLAINTEXT listener (null / -1 when there is none)."""
+    and the legacy ``host``/``port`` of the PLAINTEXT listener (null / -1 when there is none).
+    ``file_budget`` is floodmark's own field, last: Kafka's BrokerIdZNode.decode reads the fields
+    it knows by name and ignores the others, so Kafka's tooling still reads the znode."""
     plaintext = next((e for e in endpoints if e.listener_name == PLAINTEXT), None)
     obj: dict[str, Any] = {
         "listener_security_protocol_map": {e.listener_name: e.security_protocol for e in endpoints},
@@ -177,6 +218,8 @@ def encode_broker_registration(
             "version": 4,
         }
     )
+    if file_budget is not None:
+        obj["file_budget"] = file_budget.to_json()
     return _dumps(obj)
 
 
@@ -201,7 +244,13 @@ def decode_broker_registration(data: bytes, broker_id: int = -1, epoch: int = -1
         plaintext = next((e for e in endpoints if e.listener_name == PLAINTEXT), None)
         host, port = (plaintext.host, plaintext.port) if plaintext else (None, -1)
     return BrokerInfo(
-        id=broker_id, host=host, port=int(port), rack=obj.get("rack"), epoch=epoch, endpoints=endpoints
+        id=broker_id,
+        host=host,
+        port=int(port),
+        rack=obj.get("rack"),
+        epoch=epoch,
+        endpoints=endpoints,
+        file_budget=FileBudget.from_json(obj.get("file_budget")),
     )
 
 

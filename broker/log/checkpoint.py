@@ -37,6 +37,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> bool:
+    """fsync the file at ``path``; False when it does not exist (it was deleted meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that a crash leaves either the old or the new file, whole."""
     tmp = path.with_name(path.name + TMP_SUFFIX)

@@ -18,6 +18,12 @@ follower, is folded into the state. Idle producers are dropped by the log manage
 A ``Log`` is safe to call from several threads: one re-entrant lock serialises appends, reads,
 truncation and retention; ``flush`` does its fsyncs outside that lock.
 
+Durability (docs/design.md "Durability: flush and fsync rules"): a roll schedules Kafka's
+"flush-log" job (``schedule_once``; the log manager runs it on its flusher thread, off the
+append path), which fsyncs the rolled segments and the new segment's producer snapshot before
+the recovery point passes them. A truncation is fsynced before it returns (Kafka's is not) and
+the log manager checkpoints the lowered recovery point at once (Kafka's LogManager.truncateTo).
+
 I/O errors (KIP-112, docs/design.md "Log dir failure", docs/guarantees.md "Disk faults"): any
 OSError while appending, reading, rolling, truncating, flushing or writing a snapshot or the epoch
 checkpoint closes the log for good (until the broker restarts and recovery runs), reports the log
@@ -37,16 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log import retention
-from broker.log.checkpoint import fsync_dir
+from broker.log.checkpoint import fsync_dir, fsync_file
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_config import MAX_LONG, LogConfig
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log_loader import assign_epoch_from_batch, load_log
+from broker.log.log_truncation import LogTruncation
 from broker.log.log_validator import LogAppendInfo, assign_offsets, check_follower_offsets, validate_records
 from broker.log.producer_snapshots import (
     delete_snapshots_below,
     rebuild_producer_state,
-    snapshot_files,
+    snapshot_path,
     write_snapshot,
 )
 from broker.log.producer_state import ProducerStateManager
@@ -55,6 +62,15 @@ from client.protocol.errors import ErrorCode, KafkaError
 from client.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
+
+
+#: Kafka's ``Scheduler.scheduleOnce(name, job)``: run ``job`` once, off the caller's path
+ScheduleOnce = Callable[[str, Callable[[], None]], object]
+
+
+def run_now(name: str, job: Callable[[], None]) -> None:
+    """The scheduler of a log opened on its own: the job runs at once, on the caller's thread."""
+    job()
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,7 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-class Log:
+class Log(LogTruncation):
     """Use :meth:`open`; the constructor only sets up an empty object."""
 
     def __init__(self, dir: Path, config: LogConfig, time_ms: Callable[[], int]) -> None:
@@ -97,6 +113,11 @@ class Log:
         #: where this log reports I/O errors (the log manager's, shared by every log; a log
         #: opened on its own gets one of its own): once its dir is offline, the log is closed
         self.failure_channel = LogDirFailureChannel()
+        #: runs the "flush-log" job a roll schedules (the log manager's flusher thread)
+        self.schedule_once: ScheduleOnce = run_now
+        #: called, under the log's lock, after every truncation: the log manager checkpoints the
+        #: recovery points of the log's dir at once (Kafka's LogManager.truncateTo)
+        self.checkpoint_after_truncation: Callable[[Log], None] | None = None
 
     # ------------------------------------------------------------------ opening (broker.log.log_loader)
 
@@ -163,10 +184,14 @@ class Log:
         """True once an I/O error took this log's dir offline."""
         return self.failure_channel.is_offline(self.log_dir)
 
-    def _io(self, what: str) -> contextlib.AbstractContextManager[None]:
-        """Turn an OSError into KAFKA_STORAGE_ERROR, taking this log's dir (and the log) offline."""
+    def _io(self, what: str, resource_retriable: bool = True) -> contextlib.AbstractContextManager[None]:
+        """Turn an OSError into KAFKA_STORAGE_ERROR, taking this log's dir (and the log) offline;
+        EMFILE and the like only fail the operation, unless it cannot be left half done
+        (``resource_retriable`` False; broker/log/log_dir_failure.py)."""
         return self.failure_channel.io_errors(
-            self.log_dir, f"Error while {what} for {self.topic}-{self.partition} in dir {self.log_dir}"
+            self.log_dir,
+            f"Error while {what} for {self.topic}-{self.partition} in dir {self.log_dir}",
+            resource_retriable=resource_retriable,
         )
 
     # ------------------------------------------------------------------ appending
@@ -249,7 +274,21 @@ class Log:
         # No batch lies in [LEO, base_offset): the state is the state as of the new segment's base.
         write_snapshot(self.dir, self.producer_state, base_offset)
         log.info("%s: rolled a new segment at offset %d (%s)", self.dir, base_offset, reason)
+        # Kafka's roll: scheduleOnce("flush-log") flushes the old segments, off the append path.
+        self.schedule_once("flush-log", lambda: self._flush_rolled(base_offset))
+        self._check_open()  # a flush that ran at once and failed took the dir offline: append nothing
         return segment
+
+    def _flush_rolled(self, base_offset: int) -> None:
+        """The roll's "flush-log" job: fsync the new segment's producer snapshot and every
+        segment below it, then move the recovery point there (:meth:`flush`)."""
+        try:
+            with self._io("flushing a rolled segment"):
+                if not self._closed:
+                    fsync_file(snapshot_path(self.dir, base_offset))
+            self.flush(base_offset)
+        except KafkaStorageError as e:  # the dir went offline (the channel has it) or the log closed
+            log.info("%s: no flush after the roll at %d: %s", self.dir, base_offset, e)
 
     def roll(self) -> None:
         """Start a new active segment at the LEO (nothing happens when the active one is empty)."""
@@ -328,63 +367,6 @@ class Log:
             self.log_start_offset = offset
             self.leader_epoch_cache.truncate_from_start(offset)
 
-    # ------------------------------------------------------------------ truncation
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every batch holding an offset >= ``offset`` (a batch straddling it goes whole)."""
-        if offset < 0:
-            raise ValueError(f"cannot truncate {self.dir} to negative offset {offset}")
-        with self._lock:
-            self._check_open()
-            with self._io("truncating the log"):
-                if offset >= self._leo:
-                    # No record to remove, but an epoch entry starting at the LEO (we led an epoch and
-                    # wrote nothing in it) conflicts with the new leader: drop it, as Kafka does, or
-                    # KIP-279's "truncate and ask again" would ask about that epoch forever.
-                    self.leader_epoch_cache.truncate_from_end(self._leo)
-                    return
-                if offset < self._segments[0].base_offset:
-                    self.truncate_fully_and_start_at(offset)
-                    return
-                old_leo = self._leo
-                while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
-                    self._segments.pop().delete()
-                    self._bases.pop()
-                    self._dir_dirty = True
-                self._segments[-1].truncate_to(offset)
-                self._leo = self._segments[-1].next_offset
-                self._after_truncation()
-                self._load_producer_state()
-                log.info("%s: truncated from log end offset %d to %d", self.dir, old_leo, self._leo)
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete everything and start an empty log at ``offset``."""
-        with self._lock:
-            self._check_open()
-            with self._io("truncating the log"):
-                for segment in self._segments:
-                    segment.delete()
-                segment = LogSegment.create(self.dir, offset, **self.config.segment_kwargs(self._time_ms))
-                self._segments, self._bases = [segment], [offset]
-                self._dir_dirty = True
-                self._leo = offset
-                self.log_start_offset = offset
-                self.leader_epoch_cache.clear()
-                self._after_truncation()
-                for _, path in snapshot_files(self.dir):
-                    path.unlink(missing_ok=True)
-                self.producer_state.clear(offset)
-                self.high_watermark = offset
-                self.recovery_point = offset
-                log.info("%s: truncated fully, the log now starts at offset %d", self.dir, offset)
-
-    def _after_truncation(self) -> None:
-        self._truncations += 1
-        self.leader_epoch_cache.truncate_from_end(self._leo)
-        self.log_start_offset = min(self.log_start_offset, self._leo)
-        self.high_watermark = min(self.high_watermark, self._leo)
-        self.recovery_point = min(self.recovery_point, self._leo)
-
     # ------------------------------------------------------------------ retention (broker.log.retention)
 
     def delete_old_segments(self) -> int:
@@ -459,11 +441,16 @@ class Log:
                         dirty.append(segment)
             generation = self._truncations
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-        with self._io("flushing the log"):
-            for segment in dirty:
-                segment.flush()
-            if dir_dirty:
-                fsync_dir(self.dir)
+        try:
+            with self._io("flushing the log"):
+                for segment in dirty:
+                    segment.flush()
+                if dir_dirty:
+                    fsync_dir(self.dir)
+        except KafkaError:
+            with self._lock:  # not fsynced (EMFILE opening the dir): the next flush does it
+                self._dir_dirty = self._dir_dirty or dir_dirty
+            raise
         with self._lock:
             if generation == self._truncations and target > self.recovery_point:
                 self.recovery_point = min(target, self._leo)

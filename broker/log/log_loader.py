@@ -14,7 +14,13 @@ producer state) for :meth:`broker.log.log.Log.open` to adopt. In order:
   from the ``.log`` (Kafka's ``sanityCheck`` then ``recoverSegment``);
 * after an unclean shutdown every segment from the one holding the recovery point onward is
   re-scanned (Kafka's ``recoverLog``): a torn or corrupt tail is truncated to the last whole,
-  valid batch, logged, and every later segment deleted; the recovered segments are fsynced;
+  valid batch, logged, and every later segment deleted; the recovered segments are fsynced.
+  Beyond Kafka (docs/design.md "Durability: flush and fsync rules"): the later segments are
+  deleted, newest first and durably, *before* the tail is cut, so a crash during recovery leaves
+  the tear for the next recovery to find; a re-scanned segment that is not the last and stops
+  short of the next one's base (a rolled segment a power loss emptied) is a torn tail too; and a
+  segment below the recovery point whose index check fails and whose re-scan drops bytes ends
+  the log as well;
 * a log that ends below the log start offset is emptied, an empty directory gets an empty segment
   at the log start offset, and the epoch cache is cut to the surviving offsets;
 * the producer state is rebuilt from the snapshots (:mod:`broker.log.producer_snapshots`).
@@ -93,6 +99,75 @@ def assign_epoch_from_batch(cache: LeaderEpochFileCache, header: BatchHeader) ->
         cache.assign(epoch, header.base_offset)
 
 
+def end_log_after(dir: Path, segments: list[LogSegment], i: int) -> None:
+    """Delete every segment after ``segments[i]``, newest first, and fsync the directory: the
+    log now ends in ``segments[i]``, and a crash part way leaves a shorter log, never a hole."""
+    later = segments[i + 1 :]
+    if not later:
+        return
+    log.warning(
+        "%s: deleting %d segment(s) after %s, which ends the log at offset %d",
+        dir,
+        len(later),
+        segments[i].log_path.name,
+        segments[i].next_offset,
+    )
+    for doomed in reversed(later):
+        doomed.delete()
+    del segments[i + 1 :]
+    fsync_dir(dir)
+
+
+def recover_segments(
+    dir: Path,
+    segments: list[LogSegment],
+    first_unflushed: int,
+    on_batch: Callable[[BatchHeader], None],
+) -> list[LogSegment]:
+    """Load the segments below ``first_unflushed`` (their indexes checked), re-scan the rest
+    (Kafka's ``recoverLog``), and end the log at the first segment that is torn: one whose
+    re-scan dropped bytes, or, among the re-scanned, one that is not the last and stops short of
+    the next segment's base (a roll never leaves one: it is a rolled segment whose data a power
+    loss took while its name survived). The later segments are deleted before the torn tail is
+    cut (:func:`end_log_after`). ``segments`` is updated in place; returns the re-scanned or
+    rebuilt segments, which the caller fsyncs."""
+    recovered: list[LogSegment] = []
+    i = 0
+    while i < len(segments):
+        segment = segments[i]
+        if i < first_unflushed:
+            problem = segment.load()
+            if problem is None:
+                i += 1
+                continue
+            log.warning("%s; rebuilding the segment's indexes", problem)
+        else:
+            log.info("%s: recovering unflushed segment %s", dir, segment.log_path.name)
+        recovered.append(segment)
+        dropped = segment.recover(on_batch, before_truncate=lambda i=i: end_log_after(dir, segments, i))
+        if dropped:
+            log.warning(
+                "%s: torn or corrupt tail, dropped %d bytes after offset %d",
+                segment.log_path,
+                dropped,
+                segment.next_offset,
+            )
+        elif (
+            i >= first_unflushed
+            and i + 1 < len(segments)
+            and segment.next_offset != segments[i + 1].base_offset
+        ):
+            log.warning(
+                "%s: ends at offset %d, short of the next segment's base %d: a torn tail",
+                segment.log_path,
+                segment.next_offset,
+                segments[i + 1].base_offset,
+            )
+            end_log_after(dir, segments, i)
+        i += 1
+    return recovered
+
+
 def load_log(
     dir: Path,
     config: LogConfig,
@@ -118,31 +193,7 @@ def load_log(
             (i for i in range(len(segments)) if i + 1 == len(segments) or bases[i + 1] > recovery_point),
             len(segments),
         )
-    for segment in segments[:first_unflushed]:
-        problem = segment.load()
-        if problem is not None:
-            log.warning("%s; rebuilding the segment's indexes", problem)
-            dropped = segment.recover(assign_epoch)
-            if dropped:
-                log.warning("%s: truncated %d invalid bytes at its end", segment.log_path, dropped)
-    recovered = segments[first_unflushed:]
-    for i, segment in enumerate(recovered):
-        log.info("%s: recovering unflushed segment %s", dir, segment.log_path.name)
-        dropped = segment.recover(assign_epoch)
-        if dropped:
-            later = recovered[i + 1 :]
-            log.warning(
-                "%s: torn or corrupt tail, dropped %d bytes after offset %d; deleting %d later segment(s)",
-                segment.log_path,
-                dropped,
-                segment.next_offset,
-                len(later),
-            )
-            for doomed in later:
-                doomed.delete()
-                segments.remove(doomed)
-            recovered = recovered[: i + 1]
-            break
+    recovered = recover_segments(dir, segments, first_unflushed, assign_epoch)
     if segments and segments[-1].next_offset < log_start_offset:
         log.warning(
             "%s: log end offset %d is below the log start offset %d; deleting all segments",

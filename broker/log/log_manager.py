@@ -24,10 +24,11 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
-from broker.log.log import Log, LogConfig, parse_topic_partition
+from broker.log.log import Log, LogConfig, ScheduleOnce, parse_topic_partition
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from client.types import TopicPartition
 
@@ -47,7 +48,10 @@ class LogManager:
         default_config: LogConfig,
         time_ms: Callable[[], int],
         failure_channel: LogDirFailureChannel | None = None,
+        schedule_once: ScheduleOnce | None = None,
     ) -> None:
+        """``schedule_once`` runs each roll's "flush-log" job (Kafka's scheduler); by default a
+        flusher thread of this manager's own, so the fsyncs stay off the append path."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -57,6 +61,11 @@ class LogManager:
         self._time_ms = time_ms
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()  # taken under a log's lock: never take a log's under it
+        self._schedule_once = schedule_once or self._run_on_flusher
+        self._flusher: ThreadPoolExecutor | None = None
+        self._flusher_lock = threading.Lock()
+        self._closing = False
         self.failure_channel = failure_channel or LogDirFailureChannel()
         for d in self.log_dirs:
             with self.failure_channel.io_errors(
@@ -127,10 +136,25 @@ class LogManager:
                 failure_channel=self.failure_channel,
             )
             opened.update_high_watermark(high_watermarks.get(tp, 0))
+            self._adopt(opened)
             self._logs[tp] = opened
         if clean:
             marker.unlink()
             fsync_dir(log_dir)
+
+    def _adopt(self, lg: Log) -> None:
+        """Give a log the manager's scheduler and truncation checkpoint (before anyone uses it)."""
+        lg.schedule_once = self._schedule_once
+        lg.checkpoint_after_truncation = self._checkpoint_after_truncation
+
+    def _run_on_flusher(self, name: str, job: Callable[[], None]) -> None:
+        """The default ``schedule_once``: one flusher thread, started at the first roll."""
+        with self._flusher_lock:
+            if self._closing:
+                return  # shutdown flushes every log itself
+            if self._flusher is None:
+                self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+            self._flusher.submit(job)
 
     # ------------------------------------------------------------------ lookup and placement
 
@@ -199,7 +223,12 @@ class LogManager:
                     self._time_ms,
                     failure_channel=self.failure_channel,
                 )
-                fsync_dir(log_dir)
+                try:
+                    fsync_dir(log_dir)
+                except OSError:
+                    created.close()  # EMFILE opening the dir: the next attempt reopens the log
+                    raise
+            self._adopt(created)
             self._logs[(topic, partition)] = created
             log.info("created log for %s-%d in %s", topic, partition, log_dir)
             return created
@@ -226,15 +255,22 @@ class LogManager:
     # ------------------------------------------------------------------ checkpoints
 
     def _checkpoint(self, name: str, value: Callable[[Log], int], log_dirs: list[Path] | None = None) -> None:
-        with self._lock:
+        with self._checkpoint_lock:
             for log_dir in log_dirs or self.log_dirs:
                 if self.is_offline(log_dir):
                     continue
-                offsets = {tp: value(lg) for tp, lg in self._logs_in(log_dir).items()}
+                offsets = {tp: value(lg) for tp, lg in list(self._logs.items()) if lg.dir.parent == log_dir}
                 with self.failure_channel.io_errors(
                     log_dir, f"Error while writing {name} in dir {log_dir}", reraise=False
                 ):
                     OffsetCheckpointFile(log_dir / name).write(offsets)
+
+    def _checkpoint_after_truncation(self, lg: Log) -> None:
+        """Kafka's LogManager.truncateTo and truncateFullyAndStartAt: the truncated log's dir gets
+        its recovery points and log start offsets checkpointed at once, under the log's lock, so
+        no recovery trusts a recovery point above data written after the truncation."""
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda other: other.recovery_point, [lg.log_dir])
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda other: other.log_start_offset, [lg.log_dir])
 
     def checkpoint_high_watermarks(self) -> None:
         self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark)
@@ -277,8 +313,8 @@ class LogManager:
 
     def flush_dirty_logs(self) -> None:
         """Flush logs whose flush.ms has passed since their last flush; also flush segments that
-        were rolled but not yet flushed (Kafka flushes them right after the roll), so recovery
-        after a crash only has to re-scan the active segment."""
+        were rolled but not yet flushed (each roll schedules that flush, as Kafka's does: this
+        only catches a job that failed), so recovery after a crash re-scans the active segment."""
         now = self._time_ms()
         for lg in self.all_logs().values():
             if lg.is_offline:
@@ -294,6 +330,11 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush everything, write the three checkpoints, snapshot each log's producer state,
         close the logs, then mark every log dir as cleanly shut down."""
+        with self._flusher_lock:
+            self._closing = True
+            flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.shutdown(wait=True)  # the rolls' flushes still queued (the flushes below cover them)
         with self._lock:
             logs = list(self._logs.values())
             for lg in logs:

@@ -88,8 +88,18 @@ class LogSegment:
         stem = segment_name(base_offset)
         self.log_path = self.dir / (stem + LOG_SUFFIX)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset, max_index_bytes)
-        self.time_index = TimeIndex(self.dir / (stem + TIME_INDEX_SUFFIX), base_offset, max_index_bytes)
+        try:  # out of descriptors (EMFILE) half way: close what was opened, or it leaks for good
+            self.index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset, max_index_bytes)
+            try:
+                self.time_index = TimeIndex(
+                    self.dir / (stem + TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+                )
+            except BaseException:
+                self.index.close()
+                raise
+        except BaseException:
+            os.close(self._fd)
+            raise
         stat = os.fstat(self._fd)
         self._size = stat.st_size
         self._last_modified_ms = stat.st_mtime_ns // 1_000_000
@@ -198,10 +208,16 @@ class LogSegment:
             self._rolling_base_ms = first.max_timestamp if first.max_timestamp >= 0 else self._time_ms()
         return None
 
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+    def recover(
+        self,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        before_truncate: Callable[[], None] | None = None,
+    ) -> int:
         """Re-read the whole file, keep the longest prefix of whole, CRC-valid batches with
         increasing offsets, truncate the rest and rebuild both indexes. Returns the bytes dropped.
-        ``on_batch`` sees every kept batch (the log feeds the leader epoch cache with it)."""
+        ``on_batch`` sees every kept batch (the log feeds the leader epoch cache with it);
+        ``before_truncate`` runs once a tail is found to be invalid, before it is cut (the loader
+        deletes the later segments there, so a crash in between leaves the tear to find again)."""
         self.index.reset()
         self.time_index.reset()
         self._reset_state()
@@ -239,6 +255,8 @@ class LogSegment:
             break
         dropped = file_size - pos
         if dropped:
+            if before_truncate is not None:
+                before_truncate()
             os.ftruncate(self._fd, pos)
         self._size = pos
         if self._size >= HEADER_SIZE:

@@ -1,7 +1,10 @@
 """The network layer's metrics sink (docs/operations.md "Metrics"; Kafka's RequestMetrics and
 SocketServer meters): processors report each answered request with its latency and the bytes they
-read, the request handlers report the requests that failed. ``broker/metrics.py`` implements it;
-without a sink nothing is counted.
+read, the request handlers report the requests that failed, the acceptors the accept() failures
+they backed off from (``accept_emfile`` and friends). A sink may also have ``on_connection``
+(:class:`ConnectionMetrics`: Kafka's connection-creation and connection-close meters per listener,
+and the connections refused at a limit). ``broker/metrics.py`` implements both; without a sink
+nothing is counted.
 """
 
 from __future__ import annotations
@@ -19,3 +22,10 @@ class NetworkMetrics(Protocol):
     def on_bytes(self, received: int, sent: int) -> None: ...
 
     def on_error(self, kind: str) -> None: ...
+
+
+class ConnectionMetrics(Protocol):
+    """Optional part of a sink: ``event`` is ``created``, ``closed``, ``refused_max_connections``
+    or ``refused_per_ip`` (broker/network/quotas.py)."""
+
+    def on_connection(self, listener: str, event: str) -> None: ...

@@ -2,8 +2,11 @@
 Responses back (Kafka's ``SocketServer.Processor``; docs/design.md "Broker").
 
 A :class:`Connection` is the asyncio.Protocol of one accepted socket. It feeds bytes to a
-:class:`FrameDecoder` (an oversize length closes the connection before the body is buffered),
-decodes the header (no readable correlation id: close), validates the body (bad shape, unknown
+:class:`~broker.network.receive.FrameReceive` (an oversize length closes the connection before
+the body is buffered), asks the :class:`~broker.network.memory_pool.MemoryPool` for the frame's
+bytes once its length is in (``queued.max.request.bytes``; until the pool grants them the
+connection stops reading, so at most one socket read of a frame is buffered ungranted; the grant
+is released when the request is answered), decodes the header (no readable correlation id: close), validates the body (bad shape, unknown
 API, unsupported version: an error response at once, the connection stays usable), and puts a
 :class:`Request` on the :class:`RequestChannel`. While that request is in flight the connection is
 *muted*: further frames stay in the decoder, and reading pauses once more than
@@ -23,16 +26,20 @@ flood of garbage costs a few log lines and a count, not megabytes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
 
 from broker.network.log_limiter import LogLimiter
+from broker.network.memory_pool import MemoryPool
 from broker.network.metrics import NetworkMetrics
 from broker.network.quotas import ConnectionQuotas
+from broker.network.receive import FrameReceive
 from broker.network.request_channel import Request, RequestChannel, Response
 from client.protocol.api import ApiKey, UnsupportedVersion, error_body, validate_request
 from client.protocol.errors import ErrorCode, ProtocolError
-from client.protocol.framing import FrameDecoder, FrameTooLarge, decode_request, encode_response
+from client.protocol.framing import FrameTooLarge, decode_request, encode_response
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +53,30 @@ class Connection(asyncio.Protocol):
     """One client socket, owned by one :class:`Processor`."""
 
     def __init__(
-        self, processor: Processor, quotas: ConnectionQuotas, index: int, listener_name: str = "PLAINTEXT"
+        self,
+        processor: Processor,
+        quotas: ConnectionQuotas,
+        index: int,
+        listener_name: str = "PLAINTEXT",
+        address: str = "?",
     ) -> None:
         self.processor = processor
-        self.quotas = quotas
+        self.quotas = quotas  # the acceptor counted this connection from ``address`` already
         self.index = index
         self.listener_name = listener_name
+        self.address = address
         self.connection_id = f"?-?-{index}"
         self.client_address = "?"
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(processor.max_frame_bytes)
+        self.decoder = FrameReceive(processor.max_frame_bytes)
         self.in_flight: Request | None = None  # muted while set
         self.last_activity = 0.0
         self.closed = asyncio.get_running_loop().create_future()
-        self._admitted = False  # counted against max.connections
+        #: connection_made ran: the quota slot is released at connection_lost.
+        self.started = False
+        self._granted = 0  # pool bytes granted to the frame at the head of the decoder
+        self._held = 0  # pool bytes held by the in-flight request
+        self._pool_waiting = False
         self._closing = False
         self._blocked = False  # request waiting for room in the request queue
         self._write_paused = False
@@ -74,11 +91,8 @@ class Connection(asyncio.Protocol):
         local = transport.get_extra_info("sockname") or ("?", 0)
         self.client_address = f"{peer[0]}:{peer[1]}"
         self.connection_id = f"{local[0]}:{local[1]}-{self.client_address}-{self.index}"
-        if not self.quotas.try_acquire(self.client_address):
-            self._closing = True
-            transport.close()
-            return
-        self._admitted = True
+        self.started = True
+        self.processor.connection_event(self.listener_name, "created")
         self.processor.register(self)
         self.last_activity = self.processor.loop.time()
         self._arm_idle_timer(self.processor.idle_seconds)
@@ -95,7 +109,13 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         # Close our side too: like Kafka, no half-closed connections. Bytes left over while nothing
         # is in flight are a frame the client never finished.
-        if self.decoder.buffered and self.in_flight is None and not self._write_paused and not self._closing:
+        if (
+            self.decoder.buffered
+            and self.in_flight is None
+            and not self._write_paused
+            and not self._pool_waiting
+            and not self._closing
+        ):
             self._reject(
                 "truncated_frame",
                 "closed the connection mid-frame (%d bytes buffered)",
@@ -115,8 +135,19 @@ class Connection(asyncio.Protocol):
         self._closing = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        if self._admitted:
-            self.quotas.release()
+        if self.started:
+            self.started = False
+            self.quotas.release(self.address, self.listener_name)
+            self.processor.connection_event(self.listener_name, "closed")
+            pool = self.processor.pool
+            if self._pool_waiting:
+                pool.withdraw(self)
+                self._pool_waiting = False
+            if self._granted or self._held:
+                granted, self._granted, held, self._held = self._granted, 0, self._held, 0
+                for size in (granted, held):
+                    if size:
+                        pool.release(size)
             self.processor.unregister(self)
             if self.in_flight is not None and self._blocked:
                 self.processor.channel.withdraw(self.in_flight)
@@ -133,17 +164,46 @@ class Connection(asyncio.Protocol):
 
     # -- reading ----------------------------------------------------------------------------------
     def _process(self) -> None:
-        """Handle buffered frames until one becomes an in-flight request or data runs out."""
+        """Handle buffered frames until one becomes an in-flight request, waits for the memory
+        pool, or data runs out."""
+        decoder = self.decoder
         while self.in_flight is None and not self._closing and not self._write_paused:
-            try:
-                payload = self.decoder.next_frame()
-            except FrameTooLarge as exc:
-                self._reject("oversize_frame", "%s", exc, close=True)
-                return
+            if self._pool_waiting:
+                break
+            if not self._granted:
+                try:
+                    size = decoder.frame_size()
+                except FrameTooLarge as exc:
+                    self._reject("oversize_frame", "%s", exc, close=True)
+                    return
+                if size is None:
+                    break
+                if not self.processor.pool.try_allocate(size):
+                    self._pool_waiting = True
+                    self.processor.pool.wait(self, size, functools.partial(self._on_granted, size))
+                    break
+                self._granted = size
+            payload = decoder.take(self._granted)
             if payload is None:
                 break
+            self._held, self._granted = self._granted, 0
             self._handle_frame(payload)
+            if self.in_flight is None:  # answered at once (or closed): nothing holds the bytes
+                self._release_held()
         self._update_reading()
+
+    def _on_granted(self, size: int) -> None:
+        """The pool took ``size`` bytes for the frame this connection waits on (called from
+        another connection's release; the frame is processed on the next loop iteration)."""
+        self._pool_waiting = False
+        self._granted = size
+        if not self._closing:
+            self.processor.loop.call_soon(self._process)
+
+    def _release_held(self) -> None:
+        if self._held:
+            held, self._held = self._held, 0
+            self.processor.pool.release(held)
 
     def _handle_frame(self, payload: bytes) -> None:
         try:
@@ -172,7 +232,7 @@ class Connection(asyncio.Protocol):
             connection_id=self.connection_id,
             client_address=self.client_address,
             processor_id=self.processor.id,
-            received_ms=time.monotonic() * 1000,
+            received_ms=self.processor.monotonic() * 1000,
             listener_name=self.listener_name,
             _channel=self.processor.channel,
         )
@@ -190,6 +250,7 @@ class Connection(asyncio.Protocol):
         pause = (
             self._blocked
             or self._write_paused
+            or self._pool_waiting
             or (self.in_flight is not None and self.decoder.buffered >= MUTED_BUFFER_BYTES)
         )
         if pause and not self._read_paused:
@@ -209,6 +270,7 @@ class Connection(asyncio.Protocol):
             )
             return
         self.in_flight = None
+        self._release_held()
         if response.payload is not None:
             self.write(response.payload)
         if response.close:
@@ -284,12 +346,20 @@ class Processor:
         connections_max_idle_ms: int,
         metrics: NetworkMetrics | None = None,
         log_limiter: LogLimiter | None = None,
+        pool: MemoryPool | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``monotonic`` times requests (seconds; the simulator passes its virtual clock)."""
         self.id = processor_id
+        self.monotonic = monotonic
         self.channel = channel
         self.max_frame_bytes = max_frame_bytes
         self.idle_seconds = connections_max_idle_ms / 1000
         self.metrics = metrics
+        #: ``queued.max.request.bytes``, shared by the processors of one socket server.
+        self.pool = pool if pool is not None else MemoryPool(None)
+        # sinks written before the connection metrics have no on_connection
+        self._on_connection = getattr(metrics, "on_connection", None)
         self.log_limiter = log_limiter or LogLimiter(log)
         self.connections: dict[str, Connection] = {}
         self.loop = asyncio.get_running_loop()
@@ -301,10 +371,16 @@ class Processor:
         return len(self.connections)
 
     def new_connection(
-        self, quotas: ConnectionQuotas, index: int, listener_name: str = "PLAINTEXT"
+        self, quotas: ConnectionQuotas, index: int, listener_name: str = "PLAINTEXT", address: str = "?"
     ) -> Connection:
-        """The protocol for a socket the acceptor of ``listener_name`` just accepted."""
-        return Connection(self, quotas, index, listener_name)
+        """The protocol for a socket from ``address`` the acceptor of ``listener_name`` just
+        accepted (and counted in ``quotas``)."""
+        return Connection(self, quotas, index, listener_name, address)
+
+    def connection_event(self, listener_name: str, event: str) -> None:
+        """Kafka's connection-creation and connection-close meters, per listener."""
+        if self._on_connection is not None:
+            self._on_connection(listener_name, event)
 
     def register(self, connection: Connection) -> None:
         self.connections[connection.connection_id] = connection
@@ -338,7 +414,7 @@ class Processor:
             connection.abort()
             return
         if self.metrics is not None:
-            self.metrics.on_request(request.api_key, time.monotonic() * 1000 - request.received_ms)
+            self.metrics.on_request(request.api_key, self.monotonic() * 1000 - request.received_ms)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Close every connection (flushing what was written), then stop the task."""

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
-from typing import NamedTuple
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from broker.network.acceptor import Acceptor
 from broker.network.handlers import ApiHandler, RequestHandlerPool
 from broker.network.log_limiter import LogLimiter
+from broker.network.memory_pool import MemoryPool
 from broker.network.metrics import NetworkMetrics
 from broker.network.processor import Processor
 from broker.network.quotas import ConnectionQuotas
@@ -40,7 +43,8 @@ class Listener(NamedTuple):
 @dataclass(frozen=True)
 class NetworkConfig:
     """The network settings of docs/operations.md "Broker configuration" (``listeners``,
-    ``num.network.threads`` and friends)."""
+    ``num.network.threads`` and friends). broker/config.py derives the connection limits from
+    the file budget when they are not set; built directly, they are unbounded (Kafka's)."""
 
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     num_network_threads: int = 3
@@ -48,14 +52,32 @@ class NetworkConfig:
     queued_max_requests: int = 500
     socket_request_max_bytes: int = 104857600
     max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    #: ``max.connections.per.ip.overrides``: (address, limit) pairs.
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     connections_max_idle_ms: int = 600000
+    #: ``queued.max.request.bytes`` (None: unbounded, Kafka's -1).
+    queued_max_request_bytes: int | None = 200 * 1024 * 1024
+    #: The inter-broker listener: exempt from ``max_connections`` when there are several listeners.
+    inter_broker_listener: str | None = None
+    accept_backoff_ms: tuple[int, int] = field(default=(50, 1000))
+
+
+#: Makes a listener's acceptor, with :class:`Acceptor`'s arguments; the simulator passes one whose
+#: connections come from its simulated network instead of a listening socket.
+AcceptorFactory = Callable[..., Any]
 
 
 class SocketServer:
     """Start with :meth:`start`, stop with :meth:`stop`; requests go to ``api_handler``."""
 
     def __init__(
-        self, config: NetworkConfig, api_handler: ApiHandler, metrics: NetworkMetrics | None = None
+        self,
+        config: NetworkConfig,
+        api_handler: ApiHandler,
+        metrics: NetworkMetrics | None = None,
+        acceptor_factory: AcceptorFactory = Acceptor,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         for name in (
             "num_network_threads",
@@ -70,13 +92,23 @@ class SocketServer:
         self.config = config
         self.api_handler = api_handler
         self.metrics = metrics
+        self.acceptor_factory = acceptor_factory
+        self.monotonic = monotonic
         #: Listener name -> bound port, once started (Kafka's SocketServer.boundPort).
         self.bound_ports: dict[str, int] = {lst.name: lst.port for lst in config.listeners}
         self.channel: RequestChannel | None = None
         self.processors: list[Processor] = []
         self._handlers: RequestHandlerPool | None = None
         self._acceptors: list[Acceptor] = []
-        self._quotas = ConnectionQuotas(config.max_connections)
+        self._quotas = ConnectionQuotas(
+            config.max_connections,
+            config.max_connections_per_ip,
+            dict(config.max_connections_per_ip_overrides),
+            config.inter_broker_listener,
+            len(config.listeners),
+        )
+        #: The request memory pool (``queued.max.request.bytes``) the processors share.
+        self.pool = MemoryPool(config.queued_max_request_bytes)
 
     @property
     def port(self) -> int:
@@ -86,6 +118,14 @@ class SocketServer:
     @property
     def connection_count(self) -> int:
         return self._quotas.count
+
+    @property
+    def quotas(self) -> ConnectionQuotas:
+        return self._quotas
+
+    @property
+    def acceptors(self) -> list[Acceptor]:
+        return list(self._acceptors)
 
     @property
     def request_queue_size(self) -> int:
@@ -104,6 +144,8 @@ class SocketServer:
                 config.connections_max_idle_ms,
                 self.metrics,
                 LogLimiter(logging.getLogger(f"{Processor.__module__}.{i}")),
+                self.pool,
+                self.monotonic,
             )
             for i in range(config.num_network_threads)
         ]
@@ -114,9 +156,18 @@ class SocketServer:
         )
         self._handlers.start()
         indexes = itertools.count()  # connection indexes unique across the acceptors
+        backoff_ms, max_backoff_ms = config.accept_backoff_ms
         self._acceptors = [
-            Acceptor(
-                lst.host, lst.port, self.processors, self._quotas, listener_name=lst.name, indexes=indexes
+            self.acceptor_factory(
+                lst.host,
+                lst.port,
+                self.processors,
+                self._quotas,
+                listener_name=lst.name,
+                indexes=indexes,
+                metrics=self.metrics,
+                backoff_s=backoff_ms / 1000,
+                max_backoff_s=max_backoff_ms / 1000,
             )
             for lst in config.listeners
         ]

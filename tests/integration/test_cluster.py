@@ -75,6 +75,7 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
             "endpoints",
             "jmx_port",
             "listener_security_protocol_map",
+            "file_budget",  # floodmark's extra field (docs/design.md "The file budget"); Kafka ignores it
         }
         assert reg["host"] == "127.0.0.1" and reg["jmx_port"] == -1 and isinstance(reg["timestamp"], str)
         assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{reg['port']}"] and reg["version"] == 4

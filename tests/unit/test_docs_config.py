@@ -53,8 +53,15 @@ MEANINGS: dict[str, str] = {
     "num.io.threads": "Request handlers that take requests off the request channel and run the API layer (tasks on the loop).",
     "queued.max.requests": "Capacity of the request channel's bounded queue; when it is full, processors stop reading (backpressure).",
     "socket.request.max.bytes": "Largest request frame accepted; a longer frame is refused before anything is allocated.",
-    "max.connections": "Most client connections the broker accepts at once; further connections are closed.",
-    "connections.max.idle.ms": "Idle connections are closed after this long.",
+    "max.connections": (
+        "Most connections the broker keeps at once (the inter-broker listener's are exempt when there are "
+        "several listeners); one more is closed at once and counted. -1 (default): max(16, soft "
+        "RLIMIT_NOFILE at start // 8)."
+    ),
+    "connections.max.idle.ms": (
+        "Connections with no bytes either way (and no request in flight) for this long are closed, "
+        "including ones stalled mid-frame."
+    ),
     "default.replication.factor": "Replication factor of topics created without one (-1 in CreateTopics).",
     "num.partitions": "Partition count of topics created without one.",
     "min.insync.replicas": "With acks=all, a produce is refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than this (and a parked one fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrinks below it). Topic-level override: `min.insync.replicas`.",
