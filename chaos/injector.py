@@ -17,6 +17,13 @@ a broker that still runs does nothing.
 ``zk-pause`` targets no broker: it SIGSTOPs the ZooKeeper server for less than the session
 timeout and SIGCONTs it (its timeline events name ``"target": "zookeeper"``). ``heal_all``
 resumes ZooKeeper first, since restarting a broker needs it.
+
+A heal that fails (a broker that exits before it registers, a disk that cannot be freed) does
+not end the run (issue 19 item 7): it is recorded on the timeline as a ``heal_failed`` event
+(the fault's span then stays open to the end of the run), kept in :attr:`FaultInjector.heal_failures`,
+and the broker stays in the injector's sets, so the schedule goes on and ``heal_all`` tries
+again; :meth:`FaultInjector.unhealed` names what is still faulted after it. A fault that cannot
+be injected (its target died meanwhile) is reported and skipped the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class FaultInjector:
         self.disks: dict[int, set[str]] = {}  # broker -> the disk fault kinds in force on it
         self.zookeeper_paused = False
         self.follower_of = follower_of
+        self.heal_failures: list[dict] = []  # one per failed heal: kind, broker or target, error
 
     async def run(self, schedule: list[Fault], started: float) -> None:
         """Inject every fault at its time (seconds after ``started``, a ``time.monotonic()``)."""
@@ -78,7 +86,12 @@ class FaultInjector:
                 self.say(f"skipped ({fault.describe()}): no live target")
                 continue
             self.say(f"fault: {fault.describe()} -> broker {target}")
-            await self._inject(fault.kind, target)
+            try:
+                await self._inject(fault.kind, target)
+            except Exception as exc:  # its target died meanwhile: report, undo what was done, go on
+                self.say(f"could not inject ({fault.describe()}) on broker {target}: {_first_line(exc)}")
+                await self._heal(fault.kind, target, record=False)  # what the failed call did
+                continue
             self.record(
                 "fault",
                 {
@@ -91,18 +104,44 @@ class FaultInjector:
                 },
             )
             await asyncio.sleep(fault.duration_s)
-            await self._undo(fault.kind, target)
-            self.record("heal", {"kind": fault.kind, "broker": target})
-            self.say(f"healed: broker {target} ({fault.kind})")
+            if await self._heal(fault.kind, target):
+                self.say(f"healed: broker {target} ({fault.kind})")
+
+    async def _heal(self, kind: str, broker_id: int, record: bool = True) -> bool:
+        """Undo what is in force on ``broker_id``; record the heal (``kind`` is the fault's, or
+        "final"), or its failure, on the timeline. True when it healed."""
+        try:
+            await self._undo(kind, broker_id)
+        except Exception as exc:
+            self._heal_failed({"kind": kind, "broker": broker_id}, exc)
+            return False
+        if record:
+            self.record("heal", {"kind": kind, "broker": broker_id})
+        return True
+
+    def _heal_failed(self, detail: dict, exc: BaseException) -> None:
+        failure = {**detail, "error": _first_line(exc)}
+        self.heal_failures.append(failure)
+        self.record("heal_failed", failure)
+        whom = f"broker {detail['broker']}" if "broker" in detail else "ZooKeeper"
+        self.say(f"HEAL FAILED: {whom} ({detail['kind']}): {failure['error']}; the run goes on")
 
     async def _pause_zookeeper(self, fault: Fault) -> None:
         self.say(f"fault: {fault.describe()}")
         self.zookeeper_paused = True  # first: a pause that fails half-way is still undone
-        await asyncio.to_thread(self.backend.pause_zookeeper)
         detail = {"kind": fault.kind, "target": "zookeeper"}
-        self.record("fault", {**detail, "planned_at_s": fault.at_s, "duration_s": fault.duration_s})
-        await asyncio.sleep(fault.duration_s)
-        await self._resume_zookeeper()
+        try:
+            await asyncio.to_thread(self.backend.pause_zookeeper)
+        except Exception as exc:
+            self.say(f"could not inject ({fault.describe()}): {_first_line(exc)}")
+        else:
+            self.record("fault", {**detail, "planned_at_s": fault.at_s, "duration_s": fault.duration_s})
+            await asyncio.sleep(fault.duration_s)
+        try:
+            await self._resume_zookeeper()
+        except Exception as exc:
+            self._heal_failed(detail, exc)
+            return
         self.record("heal", detail)
         self.say(f"healed: ZooKeeper ({fault.kind})")
 
@@ -122,12 +161,10 @@ class FaultInjector:
             return -1
 
     async def _inject(self, kind: str, broker_id: int) -> None:
-        if kind in ("kill", "controller"):
-            await asyncio.to_thread(self.backend.crash, broker_id)
-            self.down.add(broker_id)
-        elif kind == "term":
-            await asyncio.to_thread(self.backend.terminate, broker_id)
-            self.down.add(broker_id)
+        if kind in ("kill", "controller", "term"):
+            self.down.add(broker_id)  # first: a broker that died before the signal is restarted too
+            crash = kind != "term"
+            await asyncio.to_thread(self.backend.crash if crash else self.backend.terminate, broker_id)
         elif kind == "pause":
             await asyncio.to_thread(self.backend.pause, broker_id)
             self.paused.add(broker_id)
@@ -142,33 +179,44 @@ class FaultInjector:
             raise ValueError(f"unknown fault kind {kind!r}")
 
     async def _undo(self, kind: str, broker_id: int) -> None:
+        """Undo every fault in force on ``broker_id``; each step leaves the sets once it is done,
+        so a step that raises is tried again by the next heal."""
         if broker_id in self.paused:
             await asyncio.to_thread(self.backend.resume, broker_id)
             self.paused.discard(broker_id)
         if broker_id in self.isolated:
             await asyncio.to_thread(self.backend.heal, broker_id)
             self.isolated.discard(broker_id)
-        for disk_kind in sorted(self.disks.pop(broker_id, ())):
+        for disk_kind in sorted(self.disks.get(broker_id, ())):
             fill = disk_kind == "disk-full"
             await asyncio.to_thread(self.backend.unfill_disk if fill else self.backend.fix_disk, broker_id)
             self.down.add(broker_id)  # it halted if its log dir went offline: restart it (no-op if it runs)
+            self.disks[broker_id].discard(disk_kind)
+        if not self.disks.get(broker_id, True):
+            del self.disks[broker_id]
         if broker_id in self.down:
             await asyncio.to_thread(self.backend.restart, broker_id)
             self.down.discard(broker_id)
 
+    def unhealed(self) -> list[str]:
+        """What is still faulted ("ZooKeeper", "broker 2"): empty after a complete heal."""
+        brokers = sorted(self.paused | self.isolated | self.down | set(self.disks))
+        return (["ZooKeeper"] if self.zookeeper_paused else []) + [f"broker {b}" for b in brokers]
+
     async def heal_all(self) -> None:
-        """Undo every fault still in force (an interrupted run must still leave brokers up)."""
+        """Undo every fault still in force (an interrupted run must still leave brokers up); a heal
+        that fails is recorded (``heal_failed``) and the others are still tried."""
         if self.zookeeper_paused:
             self.say("resuming ZooKeeper")
             try:
                 await self._resume_zookeeper()
                 self.record("heal", {"kind": "final", "target": "zookeeper"})
             except Exception as exc:
-                self.say(f"could not resume ZooKeeper: {exc}")
+                self._heal_failed({"kind": "final", "target": "zookeeper"}, exc)
         for broker_id in sorted(self.paused | self.isolated | self.down | set(self.disks)):
             self.say(f"healing broker {broker_id}")
-            try:
-                await self._undo("heal", broker_id)
-                self.record("heal", {"kind": "final", "broker": broker_id})
-            except Exception as exc:
-                self.say(f"could not heal broker {broker_id}: {exc}")
+            await self._heal("final", broker_id)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(":")

@@ -4,8 +4,12 @@ composition root, so this command imports the chaos runner (inside the function,
 and is the one place that hands it the verification job (:func:`run_chaos`): chaos and verify never
 import each other.
 
-Exit codes: 0 when the verification found nothing, 3 when it found a violation (as
-``floodmark verify``), 1 when the run could not be carried out (one ``Error:`` line).
+Exit codes: 0 when the verification found nothing and every heal succeeded, 3 when the
+verification found a violation (as ``floodmark verify``), 4 when it found none (or did not run)
+but a heal failed (a faulted broker or ZooKeeper could not be brought back: the run verified what
+was acknowledged anyway, offline from the log dirs when the cluster could not serve), 1 when the
+run could not be carried out (one ``Error:`` line). With ``--stop`` the local cluster is stopped
+in every one of these cases.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
     from chaos.run import ChaosResult, ChaosSettings, Say
 
 VIOLATIONS_EXIT = 3
+HEAL_FAILED_EXIT = 4
 
 
 def say(message: str) -> None:
@@ -29,11 +34,17 @@ def say(message: str) -> None:
 
 
 def verify_run(
-    report_dir: Path, bootstrap: str, log_dirs: list[str], master: str, topics: list[str], progress: Say
+    report_dir: Path,
+    bootstrap: str | None,
+    log_dirs: list[str],
+    master: str,
+    topics: list[str],
+    progress: Say,
 ) -> bool:
     """The chaos runner's verifier: the Spark verification job over the run's ledger, the
-    committed log and every replica's segments. Here, in the composition root, because chaos and
-    verify never import each other."""
+    committed log and every replica's segments (offline, from the log dirs alone, when
+    ``bootstrap`` is None). Here, in the composition root, because chaos and verify never import
+    each other."""
     from verify.job import run_verification
 
     return run_verification(report_dir, bootstrap, log_dirs, master, topics=topics, progress=progress).ok
@@ -128,7 +139,12 @@ def chaos() -> None:
 @click.option(
     "--no-verify", is_flag=True, help="Skip the Spark verification (run it later with `floodmark verify`)."
 )
-@click.option("--stop", "stop_cluster", is_flag=True, help="Stop the local cluster at the end.")
+@click.option(
+    "--stop",
+    "stop_cluster",
+    is_flag=True,
+    help="Stop the local cluster at the end, whatever the outcome (a failed heal, an error, Ctrl-C).",
+)
 @click.option(
     "--ledger-format",
     type=click.Choice(["parquet", "jsonl"]),
@@ -191,14 +207,36 @@ def run_command(
         ledger_format=ledger_format,
     )
     result = _run_reporting_runner_errors(settings)
-    click.echo(
+    lines, code = conclusion(result)
+    for line in lines:
+        click.echo(line)
+    if code:
+        raise SystemExit(code)
+
+
+def conclusion(result: ChaosResult) -> tuple[list[str], int]:
+    """The lines ``chaos run`` ends with, and its exit code: every failed heal and the verdict,
+    both, since either alone would hide the other."""
+    lines = [
         f"chaos run: {result.faults} faults, {result.acknowledged:,} acknowledged, {result.failed:,} failed; "
         f"report in {result.report_dir}"
-    )
+    ]
+    if result.disk_plan is not None:
+        lines.append(f"faultable disks: {result.disk_plan.describe()}")
+    for failure in result.heal_failures:
+        whom = f"broker {failure['broker']}" if "broker" in failure else failure.get("target", "?")
+        lines.append(f"heal FAILED: {whom} ({failure['kind']}): {failure['error']}")
+    if result.unhealed:
+        lines.append(f"still faulted at the end: {', '.join(result.unhealed)}")
+    how = " (offline, from the log dirs: the cluster could not serve)" if result.verified_offline else ""
     if result.verification_ok is None:
-        click.echo(f"verification skipped: run `floodmark verify --report-dir {result.report_dir}`")
+        lines.append(f"verification skipped: run `floodmark verify --report-dir {result.report_dir}`")
     elif result.verification_ok:
-        click.echo("verification: OK (nothing lost, duplicated or divergent)")
+        lines.append(f"verification{how}: OK (nothing lost, duplicated or divergent)")
     else:
-        click.echo(f"verification: FAILED, see {result.report_dir / 'summary.md'}")
-        raise SystemExit(VIOLATIONS_EXIT)
+        lines.append(f"verification{how}: FAILED, see {result.report_dir / 'summary.md'}")
+        return lines, VIOLATIONS_EXIT
+    if result.heal_failures:
+        lines.append(f"exit {HEAL_FAILED_EXIT}: a heal failed (see {result.report_dir / 'summary.md'})")
+        return lines, HEAL_FAILED_EXIT
+    return lines, 0

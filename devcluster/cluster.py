@@ -67,7 +67,7 @@ class LocalCluster:
         self._broker_command = list(broker_command) if broker_command else None
         self._progress_sink = progress
         self._procs = Processes()
-        self.state: ClusterState | None = self._read_state()
+        self.state: ClusterState | None = read_state(self.state_file)
 
     @classmethod
     def load(cls, data_dir: Path | str, progress: Callable[[str], None] | None = None) -> LocalCluster:
@@ -102,8 +102,8 @@ class LocalCluster:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
         ``isolate`` can cut it off the network (devcluster/netns.py). With ``disk_size`` (root only) every
-        broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or
-        make it fail (devcluster/disk.py); a stopped cluster can be given disks this way too.
+        broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or make it
+        fail (devcluster/disk.py); a stopped cluster can be given disks, or a new size, this way too.
 
         On a directory whose cluster already exists, the recorded ports and configs are reused and
         only what is not running is started; a fully running cluster is just reported.
@@ -134,6 +134,8 @@ class LocalCluster:
             if any(self._broker_alive(b) for b in state.brokers.values()):
                 raise ClusterError(f"the cluster in {self.data_dir} runs without disk faults: stop it first")
             state.disks = DiskState(disk_size)
+        elif disk_size is not None and not any(map(self._broker_alive, state.brokers.values())):
+            state.disks.size = disk_size  # unmounted while stopped: the next set-up mounts this size
 
         zk_up = self._zookeeper_alive(state)
         to_start = [b for b in state.brokers.values() if not self._broker_alive(b)]
@@ -394,9 +396,6 @@ class LocalCluster:
         if self._progress_sink is not None:
             self._progress_sink(message)
 
-    def _read_state(self) -> ClusterState | None:
-        return read_state(self.state_file)
-
     def _save(self) -> None:
         write_state(self.state_file, self._require_state())
 
@@ -438,7 +437,7 @@ class LocalCluster:
         for broker_id in broker_ids if state.disks is not None else []:
             try:
                 state.disks.tear_down(broker_id, self._disk(state.brokers[broker_id]))
-            except DiskError as exc:
+            except (DiskError, OSError) as exc:  # the next broker's disk and ZooKeeper still stop
                 self._progress(f"broker {broker_id}'s disk: {exc}")
 
     def _spawn_broker(self, broker: BrokerState, state: ClusterState) -> None:

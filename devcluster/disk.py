@@ -95,6 +95,13 @@ def check_size(size: str) -> str:
     return size.strip().lower()
 
 
+def size_bytes(size: str) -> int:
+    """The bytes of a size :func:`check_size` accepts (``64m`` -> 67108864)."""
+    size = check_size(size)
+    unit = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(size[-1], 1)
+    return int(size.rstrip("kmg")) * unit
+
+
 def mount_type(path: Path) -> str | None:
     """The filesystem type mounted at ``path`` in this mount namespace (``tmpfs``, ``fuse``), or None."""
     target = str(path.resolve())

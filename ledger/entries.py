@@ -26,7 +26,7 @@ FORMATS = ("parquet", "jsonl")
 DIGEST_HEX_CHARS = 32
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
-EVENT_TYPES = ("fault", "heal", "leader_change")
+EVENT_TYPES = ("fault", "heal", "heal_failed", "leader_change")
 #: The halves of digest text that is no digest (the job's ``verify.checks.NOT_A_DIGEST``).
 NOT_A_DIGEST = (-(2**63), -(2**63) + 1)
 
