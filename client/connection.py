@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 
 from client.protocol import api, framing
 from client.protocol.api import ApiKey
@@ -22,6 +23,11 @@ log = logging.getLogger(__name__)
 class ConnectionClosed(KafkaError):
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.NETWORK_EXCEPTION, message)
+
+
+#: How a component opens a connection: ``await connect(host, port, client_id=..., timeout=...)``.
+#: :meth:`BrokerConnection.open` (real TCP) by default; the simulator passes its network's.
+ConnectionFactory = Callable[..., Awaitable["BrokerConnection"]]
 
 
 class BrokerConnection(asyncio.Protocol):

@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from client.connection import BrokerConnection
+from client.connection import BrokerConnection, ConnectionFactory
 from client.protocol.api import ApiKey, InvalidBody
 from client.protocol.errors import ErrorCode, KafkaError, error_name
 from client.types import TopicPartition
@@ -58,9 +58,11 @@ class _BrokerSender:
         backoff_initial_s: float,
         backoff_max_s: float,
         listener_name: str = PLAINTEXT,
+        connect: ConnectionFactory = BrokerConnection.open,
     ) -> None:
         self.controller_id = controller_id
         self.broker = broker
+        self._open_connection = connect
         self.listener_name = listener_name
         self.request_timeout_s = request_timeout_s
         self.rng = rng
@@ -101,7 +103,7 @@ class _BrokerSender:
                             ", ".join(e.connection_string() for e in self.broker.endpoints) or "none",
                         )
                         return error_response(ErrorCode.NETWORK_EXCEPTION)
-                    self.connection = await BrokerConnection.open(
+                    self.connection = await self._open_connection(
                         endpoint.host,
                         endpoint.port,
                         client_id=f"controller-{self.controller_id}",
@@ -159,9 +161,12 @@ class ControllerChannelManager:
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
         listener_name: str = PLAINTEXT,
+        connect: ConnectionFactory = BrokerConnection.open,
     ) -> None:
+        """``connect`` opens the connection to each broker (the simulator passes its network's)."""
         self.controller_id = controller_id
         self.listener_name = listener_name
+        self._connect = connect
         self.request_timeout_s = request_timeout_s
         self.rng = rng
         self.backoff_initial_s = backoff_initial_s
@@ -187,6 +192,7 @@ class ControllerChannelManager:
             self.backoff_initial_s,
             self.backoff_max_s,
             self.listener_name,
+            self._connect,
         )
 
     def remove_broker(self, broker_id: int) -> None:

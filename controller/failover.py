@@ -62,6 +62,7 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
         ctl.config.controller_socket_timeout_ms / 1000.0,
         ctl.rng,
         listener_name=ctl.config.inter_broker_listener_name,
+        connect=ctl.connect,
     )
     for broker in ctl.context.live_brokers.values():
         ctl.channel.add_broker(broker)

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from kazoo.protocol.states import WatchedEvent
 
+from client.connection import ConnectionFactory
 from controller.channel import ControllerBrokerRequestBatch, ControllerChannelManager
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.event_manager import ControllerEventManager
@@ -49,6 +50,7 @@ class ControllerParts(Protocol):
     record: StateChangeRecorder
     batch: ControllerBrokerRequestBatch
     channel: ControllerChannelManager | None
+    connect: ConnectionFactory
     partition_state_machine: PartitionStateMachine
     replica_state_machine: ReplicaStateMachine
     log_dir_failure: LogDirFailureHandler
