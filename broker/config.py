@@ -13,13 +13,14 @@ settings object is built here from the properties (``log_config``, ``network_con
 from __future__ import annotations
 
 import resource
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from broker.config_error import ConfigError
 from broker.controlled_shutdown import ControlledShutdownSettings
+from broker.listener_config import check_unique, parse_listeners, parse_per_ip_overrides, parse_protocol_map
 from broker.log import LogConfig
 from broker.network import Listener, NetworkConfig
 from broker.network.quotas import derived_connection_limits
@@ -30,10 +31,6 @@ LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 #: Kafka's default ``listener.security.protocol.map``: each security protocol as a listener name.
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
-
-
-class ConfigError(ValueError):
-    """A bad configuration key or value; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -269,14 +266,14 @@ class BrokerConfig:
         protocols = parse_protocol_map(self["listener.security.protocol.map"])
         #: Where the broker binds, one acceptor each; an empty host means every interface.
         self.listeners: tuple[EndPoint, ...] = parse_listeners(self["listeners"], "listeners", protocols)
-        _check_unique(self.listeners, "listeners", ports=True)
+        check_unique(self.listeners, "listeners", ports=True)
         names = [e.listener_name for e in self.listeners]
         advertised_text = self["advertised.listeners"] or self["listeners"]
         #: What the broker registers; port 0 is replaced by the bound port at registration.
         self.advertised_listeners: tuple[EndPoint, ...] = parse_listeners(
             advertised_text, "advertised.listeners", None
         )
-        _check_unique(self.advertised_listeners, "advertised.listeners", ports=False)
+        check_unique(self.advertised_listeners, "advertised.listeners", ports=False)
         for endpoint in self.advertised_listeners:
             if endpoint.listener_name not in names:
                 raise ConfigError(
@@ -413,99 +410,6 @@ def _check_typed(prop: Prop, value: Any) -> Any:
         if isinstance(value, bool)
         else str(value)
     )
-
-
-def parse_per_ip_overrides(value: str) -> tuple[tuple[str, int], ...]:
-    """``max.connections.per.ip.overrides``: ``host:count`` pairs (Kafka's), each host resolved to
-    its addresses (an IPv6 address in brackets)."""
-    out: list[tuple[str, int]] = []
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        host = host.strip().removeprefix("[").removesuffix("]")
-        if not sep or not host or not count.strip().isdigit():
-            raise ConfigError(
-                f"Invalid value {item!r} in configuration max.connections.per.ip.overrides: expected host:count"
-            )
-        try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
-        except OSError as exc:
-            raise ConfigError(
-                f"max.connections.per.ip.overrides: cannot resolve {host!r}: {exc.strerror or exc}"
-            ) from None
-        out.extend((address, int(count)) for address in sorted(addresses))
-    return tuple(out)
-
-
-def parse_protocol_map(value: str) -> dict[str, str]:
-    """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs, names upper-cased as Kafka's."""
-    out: dict[str, str] = {}
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        name, sep, protocol = (part.strip() for part in item.partition(":"))
-        if not sep or not name or not protocol:
-            raise ConfigError(
-                f"Invalid value {item!r} in configuration listener.security.protocol.map: "
-                "expected NAME:PROTOCOL"
-            )
-        if protocol.upper() not in SECURITY_PROTOCOLS:
-            raise ConfigError(
-                f"Invalid value {item!r} in configuration listener.security.protocol.map: "
-                f"unknown security protocol {protocol} (one of {', '.join(SECURITY_PROTOCOLS)})"
-            )
-        if name.upper() in out:
-            raise ConfigError(f"listener.security.protocol.map maps listener {name.upper()} twice")
-        out[name.upper()] = protocol.upper()
-    return out
-
-
-def parse_listeners(value: str, key: str, protocols: Mapping[str, str] | None) -> tuple[EndPoint, ...]:
-    """``NAME://host:port[,NAME://host:port...]`` (an IPv6 host in brackets; empty host: every
-    interface); with ``protocols``, every name must be mapped to PLAINTEXT, the one protocol
-    floodmark speaks (advertised listeners are checked against the listeners instead)."""
-    out = []
-    for item in (i.strip() for i in value.split(",")):
-        if not item:
-            continue
-        name, sep, hostport = item.partition("://")
-        host, colon, port = hostport.rpartition(":")
-        name = name.strip().upper()
-        if not sep or not name or not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ConfigError(
-                f"Invalid value {item!r} in configuration {key}: expected NAME://host:port "
-                "(e.g. PLAINTEXT://127.0.0.1:9092)"
-            )
-        protocol = PLAINTEXT if protocols is None else protocols.get(name)
-        if protocol is None:
-            raise ConfigError(
-                f"{key}: no security protocol defined for listener {name}: add {name}:PLAINTEXT "
-                "to listener.security.protocol.map"
-            )
-        if protocol != PLAINTEXT:
-            raise ConfigError(
-                f"{key}: listener {name} uses security protocol {protocol}; only PLAINTEXT is supported"
-            )
-        out.append(EndPoint(name, host.removeprefix("[").removesuffix("]"), int(port), protocol))
-    if not out:
-        raise ConfigError(f"{key} must hold at least one NAME://host:port, got {value!r}")
-    return tuple(out)
-
-
-def _check_unique(endpoints: Iterable[EndPoint], key: str, ports: bool) -> None:
-    """Kafka's rules: listener names are unique, and so are the ports one binds (port 0, an
-    ephemeral port, may repeat); advertised listeners may share a port."""
-    names: set[str] = set()
-    bound: set[int] = set()
-    for e in endpoints:
-        if e.listener_name in names:
-            raise ConfigError(f"{key}: each listener must have a different name; {e.listener_name} repeats")
-        names.add(e.listener_name)
-        if ports and e.port != 0:
-            if e.port in bound:
-                raise ConfigError(f"{key}: each listener must have a different port; {e.port} repeats")
-            bound.add(e.port)
 
 
 def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from client.connection import BrokerConnection
+from client.connection import BrokerConnection, ConnectionFactory
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from zk.bridge import ZkBridge
@@ -34,10 +34,16 @@ class ControlledShutdownSettings:
 
 
 async def controlled_shutdown(
-    broker_id: int, broker_epoch: int, zk: ZkBridge, settings: ControlledShutdownSettings
+    broker_id: int,
+    broker_epoch: int,
+    zk: ZkBridge,
+    settings: ControlledShutdownSettings,
+    connect: ConnectionFactory | None = None,
 ) -> bool:
     """Ask the controller to move this broker's leaderships away. True when it reports none left.
-    ``broker_epoch`` (KIP-380) lets the controller refuse the request of an older incarnation."""
+    ``broker_epoch`` (KIP-380) lets the controller refuse the request of an older incarnation;
+    ``connect`` opens the connection to it (None: BrokerConnection.open; the simulator passes its
+    network's)."""
     for attempt in range(1, settings.max_retries + 1):
         try:
             remaining = await _ask_controller(
@@ -46,6 +52,7 @@ async def controlled_shutdown(
                 zk,
                 settings.request_timeout_ms / 1000,
                 settings.inter_broker_listener_name,
+                connect or BrokerConnection.open,
             )
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
@@ -76,7 +83,12 @@ async def controlled_shutdown(
 
 
 async def _ask_controller(
-    broker_id: int, broker_epoch: int, zk: ZkBridge, timeout_s: float, listener_name: str
+    broker_id: int,
+    broker_epoch: int,
+    zk: ZkBridge,
+    timeout_s: float,
+    listener_name: str,
+    connect: ConnectionFactory,
 ) -> list[tuple[str, int]]:
     controller_id = await get_controller_id(zk)
     if controller_id < 0:
@@ -90,7 +102,7 @@ async def _ask_controller(
             ErrorCode.NOT_CONTROLLER,
             f"controller {controller_id} has no endpoint on listener {listener_name}",
         )
-    connection = await BrokerConnection.open(
+    connection = await connect(
         endpoint.host,
         endpoint.port,
         client_id=f"broker-{broker_id}-controlled-shutdown",

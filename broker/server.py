@@ -68,7 +68,8 @@ class ServerRuntime:
     #: ZkBridge's ``client_factory`` (None: kazoo's KazooClient)
     zk_client_factory: Callable[..., Any] | None = None
     #: opens the controller channel's, the replica fetchers' and controlled shutdown's connections
-    connect: ConnectionFactory = BrokerConnection.open
+    #: (None: BrokerConnection.open, real TCP)
+    connect: ConnectionFactory | None = None
     #: makes each listener's acceptor (default: a listening socket)
     acceptor_factory: AcceptorFactory = Acceptor
     monotonic: Callable[[], float] = time.monotonic
@@ -194,7 +195,7 @@ class BrokerServer:
 
     def _fetcher_manager_factory(self) -> Callable[[ReplicaManager], ReplicaFetcherManager]:
         connect = self.runtime.connect
-        if connect is BrokerConnection.open:
+        if connect is None:
             return ReplicaFetcherManager
 
         async def open_connection(host: str, port: int, client_id: str) -> BrokerConnection:

@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 
-from client.metadata import Cluster, parse_brokers, parse_topic
+from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey, ConfigResourceType
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
 from client.types import (
@@ -46,18 +46,29 @@ _RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
 
 class AdminClient:
     def __init__(
-        self, bootstrap_servers, client_id: str = "floodmark-admin", request_timeout_ms: int = 30000, **kwargs
+        self,
+        bootstrap_servers,
+        client_id: str = "floodmark-admin",
+        request_timeout_ms: int = 30000,
+        *,
+        runtime: ClientRuntime | None = None,
+        **kwargs,
     ) -> None:
+        """``runtime``: connections, clocks and randomness (default: the real ones)."""
         retry_backoff_ms = kwargs.pop("retry_backoff_ms", 100)
         if kwargs:
             raise ValueError(f"unknown admin option(s): {', '.join(sorted(kwargs))}")
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        runtime = runtime or ClientRuntime()
         self._cluster = Cluster(
             bootstrap_servers,
             client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            clock=runtime.monotonic_ms,
+            rng=runtime.rng,
+            connect=runtime.connect,
         )
         self._started = False
 

@@ -25,9 +25,10 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from client.bootstrap import format_bootstrap, parse_bootstrap
-from client.connection import BrokerConnection
+from client.connection import BrokerConnection, ConnectionFactory
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import BrokerInfo, PartitionInfo, TopicInfo, TopicPartition
@@ -39,6 +40,22 @@ Address = tuple[str, int]
 
 def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ClientRuntime:
+    """What a client takes from the process it runs in: how it opens connections, its clocks and
+    its randomness. The defaults are the real ones; the simulator (docs/design.md "Simulation")
+    passes its network's connections, its virtual clock and a seeded stream."""
+
+    connect: ConnectionFactory = BrokerConnection.open
+    monotonic_ms: Callable[[], float] = monotonic_ms
+    wall_clock_ms: Callable[[], int] = wall_clock_ms
+    rng: random.Random | None = None
 
 
 def parse_brokers(body: dict) -> dict[int, BrokerInfo]:
@@ -166,6 +183,7 @@ class Cluster:
         connect_timeout_ms: int = 10000,
         clock: Callable[[], float] = monotonic_ms,
         rng: random.Random | None = None,
+        connect: ConnectionFactory = BrokerConnection.open,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
@@ -176,6 +194,7 @@ class Cluster:
         self.metadata = ClusterMetadata()
         self._clock = clock
         self._rng = rng or random.Random()
+        self._open_connection = connect
         self._connections: dict[Address, BrokerConnection] = {}
         self._opening: dict[Address, asyncio.Future] = {}
         self._refreshing: tuple[frozenset[str] | None, asyncio.Future] | None = None
@@ -183,15 +202,19 @@ class Cluster:
         self._closed = False
 
     @classmethod
-    def for_client(cls, bootstrap_servers, config) -> Cluster:
+    def for_client(cls, bootstrap_servers, config, runtime: ClientRuntime | None = None) -> Cluster:
         """The cluster of a producer or consumer, from the settings their configs share
         (``client_id``, ``request_timeout_ms``, ``metadata_max_age_ms``, ``retry_backoff_ms``)."""
+        runtime = runtime or ClientRuntime()
         return cls(
             bootstrap_servers,
             config.client_id,
             request_timeout_ms=config.request_timeout_ms,
             metadata_max_age_ms=config.metadata_max_age_ms,
             retry_backoff_ms=config.retry_backoff_ms,
+            clock=runtime.monotonic_ms,
+            rng=runtime.rng,
+            connect=runtime.connect,
         )
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -392,8 +415,8 @@ class Cluster:
         future = asyncio.get_running_loop().create_future()
         self._opening[address] = future
         try:
-            conn = await BrokerConnection.open(
-                address[0], address[1], self.client_id, timeout=self.connect_timeout_ms / 1000
+            conn = await self._open_connection(
+                address[0], address[1], client_id=self.client_id, timeout=self.connect_timeout_ms / 1000
             )
         except BaseException as exc:
             self.invalidate()

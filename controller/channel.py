@@ -58,7 +58,7 @@ class _BrokerSender:
         backoff_initial_s: float,
         backoff_max_s: float,
         listener_name: str = PLAINTEXT,
-        connect: ConnectionFactory = BrokerConnection.open,
+        connect: ConnectionFactory | None = None,
     ) -> None:
         self.controller_id = controller_id
         self.broker = broker
@@ -103,7 +103,7 @@ class _BrokerSender:
                             ", ".join(e.connection_string() for e in self.broker.endpoints) or "none",
                         )
                         return error_response(ErrorCode.NETWORK_EXCEPTION)
-                    self.connection = await self._open_connection(
+                    self.connection = await (self._open_connection or BrokerConnection.open)(
                         endpoint.host,
                         endpoint.port,
                         client_id=f"controller-{self.controller_id}",
@@ -161,9 +161,10 @@ class ControllerChannelManager:
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
         listener_name: str = PLAINTEXT,
-        connect: ConnectionFactory = BrokerConnection.open,
+        connect: ConnectionFactory | None = None,
     ) -> None:
-        """``connect`` opens the connection to each broker (the simulator passes its network's)."""
+        """``connect`` opens the connection to each broker (None: BrokerConnection.open; the
+        simulator passes its network's)."""
         self.controller_id = controller_id
         self.listener_name = listener_name
         self._connect = connect

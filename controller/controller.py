@@ -30,7 +30,7 @@ from collections.abc import Callable
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from client.connection import BrokerConnection, ConnectionFactory
+from client.connection import ConnectionFactory
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from controller import (
@@ -100,14 +100,15 @@ class KafkaController:
         time_ms: Callable[[], int],
         rng: random.Random,
         state_change_log: Callable[[dict], None],
-        connect: ConnectionFactory = BrokerConnection.open,
+        connect: ConnectionFactory | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.zk = zk
         self.config = config
         self.time_ms = time_ms
         self.rng = rng
-        #: How the channel opens its connections to brokers (the simulator passes its network's).
+        #: How the channel opens its connections to brokers (None: BrokerConnection.open; the
+        #: simulator passes its network's).
         self.connect = connect
         self.context = ControllerContext()
         self.record = StateChangeRecorder(broker_id, self.context, time_ms, state_change_log)

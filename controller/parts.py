@@ -50,7 +50,7 @@ class ControllerParts(Protocol):
     record: StateChangeRecorder
     batch: ControllerBrokerRequestBatch
     channel: ControllerChannelManager | None
-    connect: ConnectionFactory
+    connect: ConnectionFactory | None
     partition_state_machine: PartitionStateMachine
     replica_state_machine: ReplicaStateMachine
     log_dir_failure: LogDirFailureHandler

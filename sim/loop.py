@@ -98,6 +98,10 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
         self._callbacks = 0
         self._tasks_created = 0
         self._task_order: weakref.WeakKeyDictionary[asyncio.Task, int] = weakref.WeakKeyDictionary()
+        #: Called with each ready handle before it runs; True means the interceptor took it (to
+        #: hand back later with :meth:`requeue`, or to drop): how a world pauses or kills the
+        #: callbacks of one simulated process (sim/broker_process.py).
+        self.intercept: Callable[[asyncio.Handle], bool] | None = None
 
     @property
     def seed(self) -> int:
@@ -191,9 +195,14 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
         if self.ordering is Ordering.SHUFFLE and len(batch) > 1:
             batch = self._interleave(batch)
         time_us = self._now_ns // 1000
+        intercept = self.intercept
         for handle in batch:
-            if not handle._cancelled:
+            if not handle._cancelled and (intercept is None or not intercept(handle)):
                 self._run_handle(handle, time_us)
+
+    def requeue(self, handles: list[asyncio.Handle]) -> None:
+        """Make handles an interceptor took ready again, in the order given."""
+        self._ready.extend(handles)
 
     def _advance_clock(self) -> None:
         """Nothing is ready: jump to the earliest pending timer, or fail if there is none."""

@@ -452,3 +452,13 @@ class SimKazooClient:
 
         self._request("exists", path).rawlink(after_exists)
         return outer
+
+
+def client_factory(server: ZooKeeperServer) -> Callable[..., SimKazooClient]:
+    """The ``client_factory`` :class:`zk.bridge.ZkBridge` takes: each call makes a new
+    kazoo-compatible client of ``server`` (``hosts`` is ignored: there is one server)."""
+
+    def make(hosts: str = "sim", timeout: float = 10.0, **kwargs: Any) -> SimKazooClient:
+        return SimKazooClient(server, timeout=timeout, **kwargs)
+
+    return make

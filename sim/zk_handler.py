@@ -7,25 +7,36 @@ next (``ZkFaultRates.thread_race``), as the two real threads race.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import random
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.handlers.threading import KazooTimeoutError
-
-from sim.zookeeper import ZooKeeperServer
 
 log = logging.getLogger(__name__)
 
 COMPLETIONS, CALLBACKS = 0, 1
 
 
+class _Server(Protocol):
+    """What the dispatcher needs of :class:`sim.zookeeper.ZooKeeperServer` (a Protocol, so this
+    module imports nothing of the server's and no import circle forms)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    rng: random.Random
+    faults: Any
+
+
 class Dispatcher:
     """kazoo's completion and callback worker threads, as two FIFO queues run on the loop."""
 
-    def __init__(self, server: ZooKeeperServer) -> None:
+    def __init__(self, server: _Server) -> None:
         self._server = server
         self._queues: tuple[deque, deque] = (deque(), deque())
         self._seq = 0

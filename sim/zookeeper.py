@@ -30,15 +30,37 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kazoo.exceptions import ZookeeperError
 from kazoo.protocol.states import EventType
 
 from sim.zk_tree import DataTree, WatchEvent
 
-if TYPE_CHECKING:
-    from sim.zk_client import Request, SimKazooClient
+
+class Request(Protocol):
+    """What the server reads of a client's request (:class:`sim.zk_client.Request`)."""
+
+    kind: str
+    path: str
+    ops: tuple
+    watcher: Callable[[Any], None] | None
+
+
+class SimKazooClient(Protocol):
+    """What the server calls on a client (:class:`sim.zk_client.SimKazooClient`). Protocols, so
+    this module imports nothing of the client's and no import circle forms."""
+
+    timeout_ms: int
+    connection: Connection | None
+
+    def _on_answer(self, *args: Any) -> None: ...
+    def _on_closed(self, *args: Any) -> None: ...
+    def _on_dropped(self, *args: Any) -> None: ...
+    def _on_expired(self, *args: Any) -> None: ...
+    def _on_session(self, *args: Any) -> None: ...
+    def _on_watch(self, *args: Any) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +193,6 @@ class ZooKeeperServer:
 
     def time_ms(self) -> int:
         return self.epoch_ms + int(self.loop.time() * 1000)
-
-    def client(self, hosts: str = "sim", timeout: float = 10.0, **kwargs: Any) -> SimKazooClient:
-        """A new kazoo-compatible client of this server (the factory ZkBridge takes)."""
-        from sim.zk_client import SimKazooClient
-
-        return SimKazooClient(self, timeout=timeout, **kwargs)
 
     def _delay(self) -> float:
         low, high = self.latency

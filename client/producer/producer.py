@@ -30,10 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from client.config import config_with_overrides
-from client.metadata import Cluster
+from client.metadata import ClientRuntime, Cluster
 from client.partitioner import make_partitioner, partition_for_key
 from client.producer.accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
 from client.producer.config import ProducerConfig
@@ -48,12 +47,22 @@ log = logging.getLogger(__name__)
 class Producer:
     """Use ``async with Producer("h:9092", acks="all") as p: await p.send_and_wait("t", b"v")``."""
 
-    def __init__(self, bootstrap_servers, config: ProducerConfig | None = None, **overrides) -> None:
+    def __init__(
+        self,
+        bootstrap_servers,
+        config: ProducerConfig | None = None,
+        *,
+        runtime: ClientRuntime | None = None,
+        **overrides,
+    ) -> None:
+        """``runtime``: connections, clocks and randomness (default: the real ones)."""
         self.config = config_with_overrides(config or ProducerConfig(), overrides, "producer")
         c = self.config
-        self._cluster = Cluster.for_client(bootstrap_servers, c)
+        runtime = runtime or ClientRuntime()
+        self._wall_clock_ms = runtime.wall_clock_ms
+        self._cluster = Cluster.for_client(bootstrap_servers, c, runtime)
         self._acc = RecordAccumulator(c.batch_size, c.linger_ms, c.retry_backoff_ms, c.delivery_timeout_ms)
-        self._partitioner = make_partitioner(c.partitioner)
+        self._partitioner = make_partitioner(c.partitioner, runtime.rng)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._space_waiters: list[asyncio.Future] = []
         self._topics: set[str] = set()
@@ -216,7 +225,7 @@ class Producer:
                 f"partition {partition} of topic {topic!r} does not exist (it has {len(info.partition_ids)})",
             )
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = self._wall_clock_ms()
         future = self._loop.create_future()
         _, wake = acc.append(self._tp(topic, partition), key, value, timestamp_ms, headers, now, future, size)
         if wake:

@@ -25,6 +25,7 @@ from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeSta
 from client.types import TopicPartition
 from controller.controller_election import try_to_become_controller
 from sim.runner import run_simulation
+from sim.zk_client import client_factory
 from sim.zookeeper import ZkFaultRates, ZooKeeperServer
 from zk.bridge import CheckOp, CreateOp, DeleteOp, SetDataOp, ZkBridge
 from zk.client import register_broker, update_leader_and_isr
@@ -47,7 +48,7 @@ def simulate(main: Callable[[ZooKeeperServer], Awaitable[Any]], seed: int = 1, *
 
 
 async def connect(server: ZooKeeperServer, timeout_ms: int = TIMEOUT_MS) -> ZkBridge:
-    bridge = ZkBridge("sim", session_timeout_ms=timeout_ms, client_factory=server.client)
+    bridge = ZkBridge("sim", session_timeout_ms=timeout_ms, client_factory=client_factory(server))
     await bridge.start()
     return bridge
 
@@ -364,7 +365,7 @@ def test_a_request_queued_while_disconnected_fails_with_session_expired_when_the
     ConnectionLoss), reports LOST, then opens a new session."""
 
     async def main(server: ZooKeeperServer) -> None:
-        client = server.client(timeout=TIMEOUT_MS / 1000)
+        client = client_factory(server)(timeout=TIMEOUT_MS / 1000)
         states: list = []
         client.add_listener(states.append)
         await client.start()
