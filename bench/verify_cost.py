@@ -217,6 +217,10 @@ def generate(root: Path, records: int, forms: tuple[str, ...] = FORMS) -> Genera
     for form in forms:
         (root / f"report-{form}" / "events.jsonl").write_text(events)
     if "jsonl" in forms:
+        with open(lines_path, "a", encoding="utf-8") as f:  # the closing line LedgerWriter writes
+            f.write(
+                json.dumps({"type": "closed", "acks": records, "errors": 0, "time_ms": T0_MS + RUN_MS}) + "\n"
+            )
         ledger_bytes["jsonl"] = lines_path.stat().st_size
     if columnar is not None:
         ledger_bytes["parquet"] = columnar.close()

@@ -92,7 +92,7 @@ class Workload:
                     future = await producer.send(s.topic, value, key=key)
                 except KafkaError as exc:  # refused before it was queued (metadata, buffer)
                     in_flight.release()
-                    self._failed(exc)
+                    self._failed(exc, value)
                 else:
                     pending.add(future)
                     future.add_done_callback(
@@ -125,11 +125,11 @@ class Workload:
         in_flight.release()
         pending.discard(future)
         if future.cancelled():
-            self._failed(KafkaError(-1, "cancelled"))
+            self._failed(KafkaError(-1, "cancelled"), value)
             return
         exc = future.exception()
         if exc is not None:
-            self._failed(exc)
+            self._failed(exc, value)
             return
         md = future.result()
         acked_ms = now_ms()
@@ -146,11 +146,11 @@ class Workload:
             latency_ms=acked_ms - sent_ms,
         )
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, value: bytes) -> None:
         name = exc.name if isinstance(exc, KafkaError) else exc.__class__.__name__
         self.stats.failed += 1
         self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
-        self.ledger.error(self.settings.topic, -1, name)
+        self.ledger.error(self.settings.topic, -1, name, value=value)
 
 
 class LeadershipWatcher:

@@ -10,8 +10,10 @@ what lies below the highest checkpointed HW). When no bootstrap server can be fo
 are given, the job runs offline too, and says so.
 
 Progress goes to stderr, the verdict and counts to stdout. Exit codes: 0 when every check ran and
-passed, 3 when any check found a violation or (verdict INCOMPLETE) a check was skipped, 1 when
-the job could not run (one ``Error:`` line). Like the
+passed, 3 when any check found a violation or (verdict INCOMPLETE) a check or an input was
+skipped (``--allow-empty-ledger``, ``--allow-unclosed-ledger``, ``--allow-missing-checkpoints``
+and ``--allow-missing-log-dirs`` accept one kind of skipped input each: :mod:`verify.inputs`),
+1 when the job could not run (one ``Error:`` line). Like the
 other commands, the heavy imports (pyspark) happen inside the function. Wire it into the CLI with
 ``cli.add_command(verify.verify)`` in :mod:`cli.main`.
 """
@@ -61,6 +63,30 @@ def local_cluster_log_dirs(cwd: Path | None = None) -> list[str]:
 @click.option("--topic", "topics", multiple=True, help="Topic to verify (repeatable; default: the ledger's).")
 @click.option("--offline", is_flag=True, help="Verify from the log dirs alone; do not contact a cluster.")
 @click.option(
+    "--allow-empty-ledger",
+    is_flag=True,
+    help="Accept a report dir without a ledger, or whose ledger acknowledges nothing of the verified "
+    "topics (otherwise the verdict is INCOMPLETE: a wrong report dir or --topic passes nothing).",
+)
+@click.option(
+    "--allow-unclosed-ledger",
+    is_flag=True,
+    help="Accept a ledger the workload did not close (no closing marker; one torn last line): its "
+    "buffered tail may be missing, so the lost check covers only what reached it.",
+)
+@click.option(
+    "--allow-missing-checkpoints",
+    is_flag=True,
+    help="Accept log dirs with replicas but no readable replication-offset-checkpoint (hw_above_leo "
+    "cannot see their replicas; offline, their HWs are unknown).",
+)
+@click.option(
+    "--allow-missing-log-dirs",
+    is_flag=True,
+    help="Accept that some brokers the metadata's assignment lists were not given log dirs (their "
+    "replicas are not read).",
+)
+@click.option(
     "--max-rows",
     type=click.IntRange(min=1),
     default=100,
@@ -74,6 +100,10 @@ def verify(
     master: str,
     topics: tuple[str, ...],
     offline: bool,
+    allow_empty_ledger: bool,
+    allow_unclosed_ledger: bool,
+    allow_missing_checkpoints: bool,
+    allow_missing_log_dirs: bool,
     max_rows: int,
 ) -> None:
     """Check a chaos run: lost, duplicated, out-of-order and divergent records, HW and epoch caches."""
@@ -91,7 +121,15 @@ def verify(
     if not report_dir.is_dir():
         raise CliError(f"report dir {report_dir} does not exist")
 
+    from verify import inputs
     from verify.job import run_verification
+
+    allowed = {
+        inputs.EMPTY_LEDGER: allow_empty_ledger,
+        inputs.UNCLOSED_LEDGER: allow_unclosed_ledger,
+        inputs.MISSING_CHECKPOINTS: allow_missing_checkpoints,
+        inputs.MISSING_LOG_DIRS: allow_missing_log_dirs,
+    }
 
     result = run_verification(
         report_dir,
@@ -101,15 +139,19 @@ def verify(
         topics=list(topics) or None,
         progress=_say,
         row_cap=max_rows,
+        allow=[name for name, given in allowed.items() if given],
     )
     verdict = {
         "FAILED": f"FAILED ({result.violation_count} violation(s))",
-        "INCOMPLETE": f"INCOMPLETE ({len(result.skipped)} check(s) skipped, none failed)",
+        "INCOMPLETE": f"INCOMPLETE ({len(result.skipped)} check(s) and {len(result.skipped_inputs)} "
+        "input(s) skipped, none failed)",
     }.get(result.verdict, result.verdict)
     click.echo(f"verification {verdict}")
     for name, count in result.counts.items():
         suffix = " (skipped)" if name in result.skipped else ""
         click.echo(f"  {name}: {count}{suffix}")
+    for name, why in result.skipped_inputs.items():
+        click.echo(f"  skipped input {name}: {why}")
     click.echo(f"report: {result.report_path}")
     click.echo(f"summary: {result.summary_path}")
     if not result.ok:

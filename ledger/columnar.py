@@ -19,7 +19,8 @@ Columns (:data:`SCHEMA`; Spark DDL :data:`LEDGER_COLUMNAR_DDL`), one row per pro
 ``digest_hi``/``digest_lo`` int64 (the value digest's halves, :func:`ledger.entries.value_halves`,
 null for a null value), ``producer_id`` int64, ``sequence`` int32, ``time_ms`` int64,
 ``latency_ms`` float64, ``error``. An error row has null offset, key, digest, producer id,
-sequence and latency; an ack row a null error. Each chunk's Parquet metadata carries
+sequence and latency (its digest is the failed value's when the writer gave it: a failed write
+that landed anyway can then be told apart); an ack row a null error. Each chunk's Parquet metadata carries
 ``floodmark.first_time_ms``, ``floodmark.last_time_ms`` (of its entries) and ``floodmark.written_ms``.
 
 :class:`ChunkSink` buffers entries as rows and writes a chunk every ``chunk_records`` entries or
@@ -45,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ledger.entries import Ack, WriteError, digest_hex, format_ms
+from ledger.entries import Ack, WriteError, digest_halves, digest_hex, format_ms
 
 FORMAT_NAME = "floodmark-ledger-parquet"
 FORMAT_VERSION = 1
@@ -204,10 +205,9 @@ class ChunkSink:
         self._buffered_acks += 1
         self._added()
 
-    def error(self, topic: str, partition: int, error: str, time_ms: int) -> None:
-        self._rows.append(
-            ("error", topic, partition, None, None, None, None, None, None, time_ms, None, error)
-        )
+    def error(self, topic: str, partition: int, error: str, time_ms: int, digest: str | None = None) -> None:
+        hi, lo = (None, None) if digest is None else digest_halves(digest)
+        self._rows.append(("error", topic, partition, None, None, hi, lo, None, None, time_ms, None, error))
         self._added()
 
     def tick(self) -> None:
@@ -333,4 +333,4 @@ def _entries(batch: pa.RecordBatch) -> Iterator[Ack | WriteError]:
         if kind == "ack":
             yield Ack(topic, partition, offset, key, digest_hex(hi, lo), pid, seq, at, latency)
         elif kind == "error":
-            yield WriteError(topic, partition, error, at)
+            yield WriteError(topic, partition, error, at, digest_hex(hi, lo))

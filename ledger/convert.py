@@ -32,7 +32,7 @@ from ledger.entries import (
     digest_halves,
     wall_ms,
 )
-from ledger.jsonl import JsonLinesSink, read_jsonl_ledger
+from ledger.jsonl import JsonLinesSink, closed_marker, read_jsonl_ledger
 
 PROGRESS_EVERY = 1_000_000
 #: Rows per chunk of a converted ledger: bigger than the workload's (nothing waits on them).
@@ -83,6 +83,11 @@ def convert(
     result = Converted(source, target)
     if source_form == "parquet":
         result.notes = inspect(source).notes()
+        closed_at = (inspect(source).closed or {}).get("closed_ms")
+    else:
+        closed_at = (closed_marker(source) or {}).get("time_ms")
+    if isinstance(closed_at, int):  # the copy is closed when the original was (a round trip is exact)
+        clock_ms = lambda: closed_at  # noqa: E731
     sink: ChunkSink | JsonLinesSink
     if to == "parquet":
         sink = ChunkSink(
@@ -93,7 +98,7 @@ def convert(
             chunk_interval_s=DEFAULT_CHUNK_INTERVAL_S,
         )
     else:
-        sink = JsonLinesSink(target, buffer_bytes=8 << 20)
+        sink = JsonLinesSink(target, buffer_bytes=8 << 20, clock_ms=clock_ms)
     entries = read_columnar_ledger(source) if source_form == "parquet" else read_jsonl_ledger(source)
     try:
         for n, entry in enumerate(entries, 1):
@@ -107,7 +112,7 @@ def convert(
                     sink.ack_digest(entry.topic, entry.partition, entry.offset, entry.value_digest, *args)
                 result.acks += 1
             else:
-                sink.error(entry.topic, entry.partition, entry.error, entry.time_ms)
+                sink.error(entry.topic, entry.partition, entry.error, entry.time_ms, entry.value_digest)
                 result.errors += 1
             if progress is not None and n % progress_every == 0:
                 progress(f"  {n:,} entries converted ({time.perf_counter() - started:.1f} s)")

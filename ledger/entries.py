@@ -117,10 +117,14 @@ class Ack:
 
 @dataclass(frozen=True)
 class WriteError:
+    """A write the client saw fail. ``value_digest`` (when the writer gave the value) lets the
+    verification job tell a failed write that landed in the log from one that did not."""
+
     topic: str
     partition: int
     error: str
     time_ms: int
+    value_digest: str | None = None
 
 
 @dataclass(frozen=True)

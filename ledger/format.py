@@ -25,9 +25,16 @@ per line, UTF-8, appended in the order things happened:
 * a failed write::
 
     {"type": "error", "topic": "t", "partition": 0 | -1, "error": "NOT_ENOUGH_REPLICAS",
-     "time_ms": 1718000000456}
+     "value_digest": "<as above>", "time_ms": 1718000000456}
 
-  ``partition`` is -1 when the record never got one; ``error`` is Kafka's error name.
+  ``partition`` is -1 when the record never got one; ``error`` is Kafka's error name;
+  ``value_digest`` (absent when the writer did not give the value) lets the job tell a failed
+  write that landed in the log anyway.
+* the closing line, written by ``close()`` (:func:`ledger.jsonl.closed_marker`)::
+
+    {"type": "closed", "acks": 41, "errors": 2, "time_ms": 1718000000999}
+
+  A ledger without it was not closed: its buffered tail may be missing.
 
 A report dir holds one form or the other (:func:`ledger.entries.ledger_form`; both is an error);
 :func:`read_ledger` and the job read either. ``floodmark ledger convert`` (:mod:`ledger.convert`)
@@ -86,7 +93,7 @@ from ledger.entries import (
     value_digest,
     wall_ms,
 )
-from ledger.jsonl import JsonLinesSink, json_lines, read_jsonl_ledger
+from ledger.jsonl import JsonLinesSink, closed_marker, json_lines, read_jsonl_ledger
 
 __all__ = [
     "DIGEST_HEX_CHARS",
@@ -103,6 +110,7 @@ __all__ = [
     "LedgerFormatError",
     "LedgerWriter",
     "WriteError",
+    "closed_totals",
     "key_text",
     "ledger_form",
     "ledger_notes",
@@ -170,7 +178,9 @@ class LedgerWriter:
                 chunk_interval_s=chunk_interval_s,
             )
         else:
-            self._sink = JsonLinesSink(self.report_dir / LEDGER_FILE, fsync=fsync, buffer_bytes=buffer_bytes)
+            self._sink = JsonLinesSink(
+                self.report_dir / LEDGER_FILE, fsync=fsync, buffer_bytes=buffer_bytes, clock_ms=clock_ms
+            )
         self._events: TextIO = open(  # noqa: SIM115 - closed in close()
             self.report_dir / EVENTS_FILE, "a", encoding="utf-8", buffering=1 << 16
         )
@@ -242,13 +252,23 @@ class LedgerWriter:
                 )
             self.acks += 1
 
-    def error(self, topic: str, partition: int, error: str, *, time_ms: int | None = None) -> None:
-        """Record a failed write; ``error`` is Kafka's error name, ``partition`` -1 if unknown."""
+    def error(
+        self,
+        topic: str,
+        partition: int,
+        error: str,
+        *,
+        value: bytes | None = None,
+        time_ms: int | None = None,
+    ) -> None:
+        """Record a failed write; ``error`` is Kafka's error name, ``partition`` -1 if unknown,
+        ``value`` the value that failed (digested here; the job counts failed writes that landed)."""
         at = self._clock_ms() if time_ms is None else time_ms
+        digest = value_digest(value)
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._sink.error(topic, partition, error, at)
+            self._sink.error(topic, partition, error, at, digest)
             self.errors += 1
 
     def event(self, kind: str, detail: dict[str, Any] | None = None, *, time_ms: int | None = None) -> None:
@@ -326,6 +346,23 @@ def ledger_notes(report_dir: Path | str) -> list[str]:
     if ledger_form(report_dir) == "parquet":
         return inspect(report_dir / LEDGER_DIR).notes()
     return []
+
+
+def closed_totals(report_dir: Path | str) -> dict[str, int] | None:
+    """``{"acks": N, "errors": M}`` as the ledger's closing marker counts them (the columnar
+    form's ``_CLOSED``, the JSON-lines form's last line), or None when there is no ledger or the
+    workload did not close it."""
+    report_dir = Path(report_dir)
+    form = ledger_form(report_dir)
+    if form == "parquet":
+        marker = inspect(report_dir / LEDGER_DIR).closed
+    elif form == "jsonl":
+        marker = closed_marker(report_dir / LEDGER_FILE)
+    else:
+        return None
+    if marker is None:
+        return None
+    return {"acks": int(marker.get("acks") or 0), "errors": int(marker.get("errors") or 0)}
 
 
 def read_events(report_dir: Path | str) -> list[Event]:

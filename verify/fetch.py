@@ -41,18 +41,31 @@ async def partition_offsets(
     bootstrap: str, topics: Iterable[str], timeout_ms: int = 30000
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (log start offset, high watermark)}`` for every partition of ``topics``."""
+    offsets, _ = await partition_layout(bootstrap, topics, timeout_ms)
+    return offsets
+
+
+async def partition_layout(
+    bootstrap: str, topics: Iterable[str], timeout_ms: int = 30000
+) -> tuple[dict[tuple[str, int], tuple[int, int]], dict[tuple[str, int], list[int]]]:
+    """:func:`partition_offsets` and the assignment in the metadata: ``{(topic, partition):
+    [replica broker ids]}``."""
     consumer = Consumer(bootstrap, client_id=CLIENT_ID, request_timeout_ms=timeout_ms)
     await consumer.start()
     try:
         tps: list[TopicPartition] = []
+        replicas: dict[tuple[str, int], list[int]] = {}
         for topic in sorted(set(topics)):
             for partition in await consumer.partitions_for_topic(topic):
                 tps.append(TopicPartition(topic, partition))
+            info = consumer.cluster.topics.get(topic)
+            for partition, p in (info.partitions if info else {}).items():
+                replicas[(topic, partition)] = sorted(p.replicas)
         if not tps:
-            return {}
+            return {}, replicas
         starts = await consumer.beginning_offsets(tps)
         ends = await consumer.end_offsets(tps)
-        return {(tp.topic, tp.partition): (starts[tp], ends[tp]) for tp in tps}
+        return {(tp.topic, tp.partition): (starts[tp], ends[tp]) for tp in tps}, replicas
     finally:
         await consumer.close()
 

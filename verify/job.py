@@ -17,9 +17,14 @@ halves), and ``R/events.jsonl`` (:mod:`ledger.format`), and
   the reason "offset at or above the high watermark": verify a live, healed cluster, or one
   stopped cleanly, for an exact answer.
 
-Then it runs the checks of :mod:`verify.checks`, writes ``R/verification.json``,
-``R/summary.md`` and ``R/timeline.png`` and returns a :class:`verify.report.Result`, ``ok``
-only when every check ran and found nothing. The replica checks (divergent, hw_above_leo,
+Then it runs the checks (:mod:`verify.check_runner`: :mod:`verify.checks`,
+:mod:`verify.ledger_checks`, :mod:`verify.producer_checks`, :mod:`verify.replica_checks`), writes
+``R/verification.json``, ``R/summary.md`` and ``R/timeline.png`` and returns a
+:class:`verify.report.Result`, ``ok`` only when every check ran over every input and found
+nothing: an input it could not read in full (no ledger or nothing acknowledged, an unclosed or
+damaged ledger, a missing HW checkpoint, an assigned broker's log dir not given) makes it
+INCOMPLETE unless ``allow`` names it (:mod:`verify.inputs`). Against a cluster, the
+assignment comes from the metadata; offline it is inferred from the log dirs. The replica checks (divergent, hw_above_leo,
 epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
 INCOMPLETE (not ok), since a check that did not run proves nothing.
 
@@ -38,23 +43,26 @@ values by design, so the duplicate check means nothing there).
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from ledger.columnar import inspect as inspect_chunks
-from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
-from verify import checks, staging
+from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, closed_totals, ledger_form, read_events
+from verify import checks, replica_checks, staging
+from verify.check_runner import Frames, coverage, run_checks
+from verify.inputs import LedgerFacts, SkippedInputs, checkpoint_inputs, ledger_inputs, log_dir_inputs
 from verify.ledger_frame import ledger_entries
-from verify.plot import Bucket, ErrorBucket, plot_timeline
 from verify.progress import Timings
+from verify.replica_checks import Assignment, inferred_assignment
 from verify.replicas import Inventory, list_replicas, split_log_dirs
-from verify.report import CHECKS, TIMELINE_FILE, Result, verdict_line, write_report, write_summary
+from verify.report import TIMELINE_FILE, Result, verdict_line, write_report, write_summary
+from verify.scan_facts import read_facts
 from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
 from verify.sources import (
     NARROW_COMMITTED_DDL,
@@ -63,13 +71,11 @@ from verify.sources import (
     SegmentsReader,
     offsets_key,
 )
+from verify.timeline import plot_run
 
 DEFAULT_ROW_CAP = 100
 #: Input size (ledger + segments) up to which the fast-start JVM is the faster choice.
 FAST_START_MAX_INPUT_BYTES = 32 * 1024 * 1024
-#: Checks run at once on a small input (one at a time on a big one).
-CONCURRENT_CHECKS = 3
-MAX_TIMELINE_POINTS = 600
 #: Under the report dir: the inputs staged as Parquet while the job runs (verify/staging.py).
 STAGE_DIR = ".verify-staging"
 Progress = Callable[[str], None]
@@ -92,6 +98,7 @@ def run_verification(
     plot: bool = True,
     timeout_s: float = 60.0,
     fast_start: bool | None = None,
+    allow: Collection[str] = (),
 ) -> Result:
     """Run every check and write the report into ``report_dir`` (see the module docstring).
 
@@ -152,6 +159,7 @@ def run_verification(
             timings,
             jvm,
             small_input,
+            frozenset(allow),
         )
     finally:
         shutil.rmtree(progress_dir, ignore_errors=True)
@@ -189,232 +197,94 @@ def _run(
     timings: Timings,
     jvm: str,
     small_input: bool,
+    allow: frozenset[str],
 ) -> Result:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     started = time.perf_counter()
     notes: list[str] = []
-    skipped: dict[str, str] = {}
+    skipped_inputs = SkippedInputs(allow)
     stage_dir = report_dir / STAGE_DIR  # the staged replicas and committed log (run_verification removes it)
 
     def keep(df: Any) -> Any:  # inputs read more than once; run_verification drops them at the end
+        from pyspark import StorageLevel
+
         return df.persist(StorageLevel.MEMORY_AND_DISK)
 
-    # -- the ledger ---------------------------------------------------------------------------
     say(f"reading the ledger in {report_dir}")
     entries = ledger_entries(spark, report_dir, notes, keep)
     with timings.measure("ledger"):
-        stats = entries.groupBy("kind", "topic").count().collect()
-    malformed = sum(row["count"] for row in stats if row["kind"] == "malformed")
-    if malformed:
-        notes.append(
-            f"{malformed} malformed ledger line(s) ignored (a torn last line is expected after a crash)"
-        )
-    ledger_topics = sorted(
-        {row["topic"] for row in stats if row["topic"] and row["kind"] in ("ack", "error")}
-    )
-
-    # -- which topics, which replicas ------------------------------------------------------------
-    inventory = Inventory()
-    if topics_arg:
-        topics = sorted(set(topics_arg))
-    elif ledger_topics:
-        topics = ledger_topics
-    elif log_dirs:
-        topics = sorted(t for t in list_replicas(log_dirs).topics() if not t.startswith("__"))
-    else:
-        raise ValueError("no topics to verify: the ledger names none; pass --topic")
+        bad = F.col("offset").isNull() | F.col("partition").isNull()
+        stats = entries.groupBy("kind", "topic", bad.alias("bad")).count().collect()
+    topics, inventory = _topics(stats, topics_arg, log_dirs)
+    notes.extend(inventory.notes)
     if log_dirs:
-        inventory = list_replicas(log_dirs, set(topics))
-        notes.extend(inventory.notes)
         say(
             f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)"
         )
-    topic_list = ",".join(topics)
-    verified = F.col("topic").isin(topics)
-    acks = entries.where((F.col("kind") == "ack") & verified & F.col("offset").isNotNull()).select(
-        "topic",
-        "partition",
-        "offset",
-        "key",
-        "value_digest",
-        "digest_hi",
-        "digest_lo",
-        "producer_id",
-        "sequence",
-        "time_ms",
-        "latency_ms",
-    )
-    errors = entries.where((F.col("kind") == "error") & verified).select(
-        "topic", "partition", "error", "time_ms"
-    )
+    acks, errors = _acks_and_errors(entries, topics)
+    ledger = _ledger_facts(report_dir, stats, topics)
+    ledger_inputs(skipped_inputs, ledger)
+    checkpoint_inputs(skipped_inputs, inventory.missing_hw_checkpoints)
 
-    # -- high watermarks --------------------------------------------------------------------------
-    if bootstrap:
-        from verify.fetch import partition_offsets, run_sync
-
-        say(f"reading the high watermarks of {topic_list} from {bootstrap}")
-        with timings.measure("high_watermarks"):
-            offsets = run_sync(partition_offsets(bootstrap, topics, int(timeout_s * 1000)))
-        hw_map = {key: hw for key, (_, hw) in offsets.items()}
-        mode = "cluster"
-    else:
-        offsets = {}
-        hw_map = inventory.max_checkpointed_hw()
-        for r in inventory.replicas:
-            if (r.topic, r.partition) not in hw_map:
-                notes.append(f"no replica of {r.topic}-{r.partition} checkpointed an HW: treated as 0")
-                hw_map[(r.topic, r.partition)] = 0
-        mode = "log-dirs"
+    mode, offsets, hw_map, assigned = _high_watermarks(
+        bootstrap, topics, inventory, notes, timeout_s, say, timings
+    )
     hws = spark.createDataFrame(
         [(t, p, hw) for (t, p), hw in sorted(hw_map.items())],
         "topic string, partition int, high_watermark bigint",
     )
-
-    # -- replicas and the committed log ----------------------------------------------------------
-    replica_rows = None
-    extents = None
+    frames = Frames(acks=acks, errors=errors, committed=None, hws=hws, hw_map=hw_map)
+    facts_dir = stage_dir / "facts"
     if log_dirs:
-        replicas_df = spark.createDataFrame(
-            [
-                (
-                    r.broker,
-                    r.topic,
-                    r.partition,
-                    r.first_segment_base,
-                    r.last_segment_base,
-                    r.checkpointed_hw,
-                    r.checkpointed_log_start,
-                )
-                for r in inventory.replicas
-            ],
-            "broker int, topic string, partition int, first_segment_base bigint, last_segment_base bigint, "
-            "checkpointed_hw bigint, checkpointed_log_start bigint",
-        )
-        say("reading every replica's segment files")
-        with timings.measure("read_segments"):
-            # The narrow rows (digests as two longs, no keys or timestamps: no check reads them),
-            # decoded once into Parquet that every check then scans (verify/staging.py).
-            replica_rows = staging.stage(
-                spark,
-                SegmentsReader(list(log_dirs), topics, NARROW_SEGMENTS_DDL, str(timings.progress_dir)),
-                NARROW_SEGMENTS_DDL,
-                stage_dir / "replicas",
-            )
-            extents = keep(checks.replica_extents(replica_rows, replicas_df))
-            extent_rows = [row.asDict() for row in extents.orderBy("topic", "partition", "broker").collect()]
-    else:
-        extent_rows = []
-    if bootstrap:
-        say(f"reading the committed log of {topic_list} from the cluster")
-        with timings.measure("read_committed"):
-            committed = staging.stage(
-                spark,
-                CommittedReader(
-                    bootstrap,
-                    topics,
-                    {offsets_key(t, p): list(v) for (t, p), v in offsets.items()},
-                    timeout_s,
-                    NARROW_COMMITTED_DDL,
-                    str(timings.progress_dir),
-                ),
-                NARROW_COMMITTED_DDL,
-                stage_dir / "committed",
-            )
-    else:
-        committed = checks.committed_from_replicas(replica_rows, extents, hws)  # cheap from the staged rows
-        say(
-            "taking the committed log from the most complete replica of each partition, below the checkpointed HW"
+        _read_replicas(spark, frames, inventory, topics, log_dirs, stage_dir, facts_dir, timings, keep, say)
+        frames.brokers_read = set(inventory.brokers)
+        if assigned is not None:
+            frames.assignment = Assignment("metadata", assigned)
+            log_dir_inputs(skipped_inputs, {b for rs in assigned.values() for b in rs}, inventory.brokers)
+        else:
+            frames.assignment = inferred_assignment(frames.extent_rows)
+    frames.committed = _committed(
+        spark, frames, bootstrap, topics, offsets, timeout_s, stage_dir, facts_dir, timings, say
+    )
+    if mode == "log-dirs":
+        notes.append(
+            "offline: the committed log is the most complete replica of each partition below the highest "
+            "checkpointed HW, not necessarily what the last leader held (replica_incomplete compares every "
+            "replica with it)"
         )
 
     counts: dict[str, int] = {}
     with timings.measure("committed"):
-        counts["committed"] = committed.count()
-    with timings.measure("acknowledged"):
-        counts["acknowledged"] = acks.count()
+        counts["committed"] = frames.committed.count()
+    counts["acknowledged"] = ledger.verified_acks
     errors_by_name = {row["error"]: int(row["count"]) for row in errors.groupBy("error").count().collect()}
     counts["errors"] = sum(errors_by_name.values())
-    counts["malformed_ledger_lines"] = malformed
+    counts["malformed_ledger_lines"] = ledger.malformed
+    frames.facts = read_facts(facts_dir)
+    notes.extend(replica_checks.torn_tail_notes(frames.facts))
+    if frames.replica_rows is not None:
+        frames.epoch_checkpoints = replica_checks.epoch_checkpoints(spark, inventory.replicas)
 
-    # -- the checks ---------------------------------------------------------------------------------
-    violations: dict[str, list[dict[str, Any]]] = {}
-    truncated: dict[str, bool] = {}
-    offending: dict[str, Any] = {
-        "lost": lambda: checks.lost(acks, committed, hws),
-        "duplicate": lambda: checks.duplicate(committed),
-        "out_of_order": lambda: checks.out_of_order(committed),
-    }
-    order: dict[str, list[str]] = {
-        "lost": ["topic", "partition", "offset"],
-        "duplicate": ["value_digest"],
-        "out_of_order": ["topic", "partition", "offset"],
-        "divergent": ["topic", "partition", "offset"],
-        "hw_above_leo": ["topic", "partition", "broker"],
-        "epoch_cache_inconsistent": ["topic", "partition", "broker"],
-    }
-    if log_dirs:
-        epoch_checkpoints = checks.epoch_checkpoints(spark, inventory.replicas)
-        offending["divergent"] = lambda: checks.divergent(replica_rows, extents, hws)
-        offending["hw_above_leo"] = lambda: checks.hw_above_leo(extents)
-        offending["epoch_cache_inconsistent"] = lambda: checks.epoch_cache_inconsistent(
-            replica_rows, extents, epoch_checkpoints
-        )
-    else:
-        for name in ("divergent", "hw_above_leo", "epoch_cache_inconsistent"):
-            skipped[name] = "no log dirs given (--log-dirs)"
+    found = run_checks(frames, keep, row_cap, small_input, say, lambda name: timings.measure(name))
+    counts.update(found.counts)
+    for name, seconds in found.timings.items():
+        timings[name] = seconds
 
-    def run_check(name: str) -> tuple[str, int, list[Any], float]:
-        begun = time.perf_counter()
-        df = offending[name]()
-        # Count first: a clean run (the usual case) then never plans the report's rows, whose
-        # sorted projection cost the lost check almost three times its count at 10 million
-        # records (docs/benchmarks.md "Verification cost").
-        count = df.count()
-        rows = df.orderBy(*order[name]).limit(row_cap).collect() if count else []
-        return name, count, rows, time.perf_counter() - begun
-
-    for name in CHECKS:
-        if name not in offending:
-            counts[name] = 0
-    # On a small input most of a check's time is Spark scheduling its tiny jobs, which overlaps
-    # well; on a big one the checks would only compete for the cores and the memory.
-    parallel = CONCURRENT_CHECKS if small_input else 1
-    say(f"checking {', '.join(n for n in CHECKS if n in offending)}")
-    with (
-        timings.measure("checks", record=False),  # each check records its own time
-        ThreadPoolExecutor(parallel, thread_name_prefix="floodmark-check") as pool,
-    ):
-        for name, count, rows, seconds in pool.map(run_check, [n for n in CHECKS if n in offending]):
-            timings[name] = round(seconds, 3)
-            counts[name] = count
-            violations[name] = [row.asDict(recursive=True) for row in rows]
-            truncated[name] = count > len(rows)
-            say(f"  {name}: {count}")
-
-    # -- timeline -------------------------------------------------------------------------------------
-    events = read_events(report_dir)
-    if plot:
-        say("plotting the timeline")
-        with timings.measure("timeline"):
-            _timeline(acks, errors, events, report_dir / TIMELINE_FILE)
-    if not (report_dir / EVENTS_FILE).exists():
-        notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
+    events = _timeline(report_dir, acks, errors, plot, notes, say, timings)
 
     timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
     if slowest := timings.slowest():
         say(f"slowest phase: {slowest[0]} ({slowest[1]:.1f} s of {timings['total']:.1f} s)")
-    result = Result(  # ok only when every check ran and found nothing (verify.report.verdict_of)
+    result = Result(  # ok only when every check ran over every input and found nothing (verify.report)
         mode=mode,
         report_dir=report_dir,
         counts=counts,
-        violations=violations,
-        truncated=truncated,
-        skipped=skipped,
+        violations=found.violations,
+        truncated=found.truncated,
+        skipped=found.skipped,
         notes=notes,
         timings_s=dict(timings),
         high_watermarks={offsets_key(t, p): hw for (t, p), hw in sorted(hw_map.items())},
-        replicas=extent_rows,
+        replicas=frames.extent_rows,
         errors_by_name=errors_by_name,
         inputs={
             "bootstrap": bootstrap,
@@ -423,6 +293,10 @@ def _run(
             "events": len(events),
             "jvm": jvm,
         },
+        skipped_inputs=skipped_inputs.skipped,
+        allowed_inputs=skipped_inputs.allowed,
+        coverage=coverage(frames, counts, mode),
+        unacknowledged=found.unacknowledged,
     )
     write_report(result)
     write_summary(result)
@@ -430,44 +304,187 @@ def _run(
     return result
 
 
-def _timeline(acks: Any, errors: Any, events: list[Any], path: Path) -> None:
-    from pyspark.sql import functions as F
+def _timeline(
+    report_dir: Path, acks: Any, errors: Any, plot: bool, notes: list[str], say: Progress, timings: Timings
+) -> list[Any]:
+    events = read_events(report_dir)
+    if plot:
+        say("plotting the timeline")
+        with timings.measure("timeline"):
+            plot_run(acks, errors, events, report_dir / TIMELINE_FILE)
+    if not (report_dir / EVENTS_FILE).exists():
+        notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
+    return events
 
-    span = acks.agg(F.min("time_ms").alias("lo"), F.max("time_ms").alias("hi")).first()
-    err_span = errors.agg(F.min("time_ms").alias("lo"), F.max("time_ms").alias("hi")).first()
-    lows = [v for v in (span["lo"], err_span["lo"], *(e.time_ms for e in events)) if v is not None]
-    highs = [v for v in (span["hi"], err_span["hi"], *(e.time_ms for e in events)) if v is not None]
-    origin = min(lows) if lows else 0
-    width = (max(highs) - origin) if highs else 0
-    bucket_ms = max(1000, math.ceil(width / MAX_TIMELINE_POINTS / 1000) * 1000)
-    bucket = (F.floor((F.col("time_ms") - F.lit(origin)) / bucket_ms) * bucket_ms + F.lit(origin)).cast(
-        "long"
+
+def _acks_and_errors(entries: Any, topics: list[str]) -> tuple[Any, Any]:
+    """The verified topics' usable acks (an ack without partition or offset is counted as a
+    skipped input instead) and errors."""
+    verified = F.col("topic").isin(topics)
+    usable = F.col("offset").isNotNull() & F.col("partition").isNotNull()
+    acks = entries.where((F.col("kind") == "ack") & verified & usable).select(*ACK_COLUMNS)
+    errors = entries.where((F.col("kind") == "error") & verified).select(
+        "topic", "partition", "error", "time_ms", "digest_hi", "digest_lo"
     )
-    rows = (
-        acks.groupBy(bucket.alias("start_ms"))
-        .agg(
-            F.count(F.lit(1)).alias("acks"),
-            F.percentile_approx("latency_ms", [0.5, 0.99], 1000).alias("pct"),
-            F.max("latency_ms").alias("max_ms"),
+    return acks, errors
+
+
+ACK_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value_digest",
+    "digest_hi",
+    "digest_lo",
+    "producer_id",
+    "sequence",
+    "time_ms",
+    "latency_ms",
+)
+
+
+def _topics(
+    stats: list[Any], topics_arg: Sequence[str] | None, log_dirs: list[str]
+) -> tuple[list[str], Inventory]:
+    """The topics to verify (the argument's, else the ledger's, else the log dirs'), and the
+    replicas of those topics in the log dirs."""
+    ledger_topics = sorted(
+        {row["topic"] for row in stats if row["topic"] and row["kind"] in ("ack", "error")}
+    )
+    if topics_arg:
+        topics = sorted(set(topics_arg))
+    elif ledger_topics:
+        topics = ledger_topics
+    elif log_dirs:
+        topics = sorted(t for t in list_replicas(log_dirs).topics() if not t.startswith("__"))
+    else:
+        raise ValueError("no topics to verify: the ledger names none; pass --topic")
+    return topics, list_replicas(log_dirs, set(topics)) if log_dirs else Inventory()
+
+
+def _ledger_facts(report_dir: Path, stats: list[Any], topics: list[str]) -> LedgerFacts:
+    def total(kind: str, **where: Any) -> int:
+        return sum(
+            int(row["count"])
+            for row in stats
+            if row["kind"] == kind and all(row[k] == v for k, v in where.items())
         )
-        .orderBy("start_ms")
-        .collect()
+
+    return LedgerFacts(
+        form=ledger_form(report_dir),
+        closed=closed_totals(report_dir),
+        acks=total("ack"),
+        errors=total("error"),
+        verified_acks=sum(
+            int(row["count"])
+            for row in stats
+            if row["kind"] == "ack" and row["topic"] in topics and not row["bad"]
+        ),
+        malformed=total("malformed"),
+        unusable_acks=total("ack", bad=True)
+        + sum(int(r["count"]) for r in stats if r["kind"] == "ack" and not r["topic"] and not r["bad"]),
     )
-    buckets = [
-        Bucket(
-            r["start_ms"],
-            r["acks"],
-            r["pct"][0] if r["pct"] else None,
-            r["pct"][1] if r["pct"] else None,
-            r["max_ms"],
+
+
+def _high_watermarks(
+    bootstrap: str | None,
+    topics: list[str],
+    inventory: Inventory,
+    notes: list[str],
+    timeout_s: float,
+    say: Progress,
+    timings: Timings,
+) -> tuple[
+    str,
+    dict[tuple[str, int], tuple[int, int]],
+    dict[tuple[str, int], int],
+    dict[tuple[str, int], list[int]] | None,
+]:
+    """(mode, offsets, HW per partition, the metadata's assignment or None offline)."""
+    if bootstrap:
+        from verify.fetch import partition_layout, run_sync
+
+        say(f"reading the high watermarks and the assignment of {','.join(topics)} from {bootstrap}")
+        with timings.measure("high_watermarks"):
+            offsets, assigned = run_sync(partition_layout(bootstrap, topics, int(timeout_s * 1000)))
+        return "cluster", offsets, {key: hw for key, (_, hw) in offsets.items()}, assigned
+    hw_map = inventory.max_checkpointed_hw()
+    for r in inventory.replicas:
+        if (r.topic, r.partition) not in hw_map:
+            notes.append(f"no replica of {r.topic}-{r.partition} checkpointed an HW: treated as 0")
+            hw_map[(r.topic, r.partition)] = 0
+    return "log-dirs", {}, hw_map, None
+
+
+def _read_replicas(
+    spark: Any,
+    frames: Frames,
+    inventory: Inventory,
+    topics: list[str],
+    log_dirs: list[str],
+    stage_dir: Path,
+    facts_dir: Path,
+    timings: Timings,
+    keep: Callable[[Any], Any],
+    say: Progress,
+) -> None:
+    replicas_df = spark.createDataFrame(
+        [
+            (
+                r.broker,
+                r.topic,
+                r.partition,
+                r.first_segment_base,
+                r.last_segment_base,
+                r.checkpointed_hw,
+                r.checkpointed_log_start,
+            )
+            for r in inventory.replicas
+        ],
+        "broker int, topic string, partition int, first_segment_base bigint, last_segment_base bigint, "
+        "checkpointed_hw bigint, checkpointed_log_start bigint",
+    )
+    say("reading every replica's segment files")
+    with timings.measure("read_segments"):
+        # The narrow rows (digests as two longs), decoded once into Parquet that every check then
+        # scans (verify/staging.py); what the readers saw beside the rows goes to facts_dir.
+        reader = SegmentsReader(
+            list(log_dirs), topics, NARROW_SEGMENTS_DDL, str(timings.progress_dir), str(facts_dir)
         )
-        for r in rows
-    ]
-    err_rows = (
-        errors.where(F.col("time_ms").isNotNull())
-        .groupBy(bucket.alias("start_ms"), "error")
-        .count()
-        .collect()
-    )
-    error_buckets = [ErrorBucket(r["start_ms"], r["error"] or "?", r["count"]) for r in err_rows]
-    plot_timeline(path, buckets, error_buckets, events, bucket_ms)
+        frames.replica_rows = staging.stage(spark, reader, NARROW_SEGMENTS_DDL, stage_dir / "replicas")
+        frames.extents = keep(checks.replica_extents(frames.replica_rows, replicas_df))
+        frames.extent_rows = [
+            row.asDict() for row in frames.extents.orderBy("topic", "partition", "broker").collect()
+        ]
+
+
+def _committed(
+    spark: Any,
+    frames: Frames,
+    bootstrap: str | None,
+    topics: list[str],
+    offsets: dict[tuple[str, int], tuple[int, int]],
+    timeout_s: float,
+    stage_dir: Path,
+    facts_dir: Path,
+    timings: Timings,
+    say: Progress,
+) -> Any:
+    if not bootstrap:
+        say(
+            "taking the committed log from the most complete replica of each partition, below the checkpointed HW"
+        )
+        return checks.committed_from_replicas(frames.replica_rows, frames.extents, frames.hws)
+    say(f"reading the committed log of {','.join(topics)} from the cluster")
+    with timings.measure("read_committed"):
+        reader = CommittedReader(
+            bootstrap,
+            topics,
+            {offsets_key(t, p): list(v) for (t, p), v in offsets.items()},
+            timeout_s,
+            NARROW_COMMITTED_DDL,
+            str(timings.progress_dir),
+            str(facts_dir),
+        )
+        return staging.stage(spark, reader, NARROW_COMMITTED_DDL, stage_dir / "committed")

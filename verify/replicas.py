@@ -64,6 +64,11 @@ class Inventory:
     replicas: list[Replica] = field(default_factory=list)
     #: Problems with a log dir's own checkpoint files (reported, not fatal).
     notes: list[str] = field(default_factory=list)
+    #: The broker id of every log dir read.
+    brokers: dict[int, str] = field(default_factory=dict)
+    #: Log dirs holding replicas whose ``replication-offset-checkpoint`` is absent or unreadable:
+    #: hw_above_leo cannot see their replicas (a skipped input, :mod:`verify.inputs`).
+    missing_hw_checkpoints: list[str] = field(default_factory=list)
 
     def topics(self) -> set[str]:
         return {r.topic for r in self.replicas}
@@ -154,13 +159,18 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
         if not log_dir.is_dir():
             raise FileNotFoundError(f"log dir {log_dir} does not exist")
         broker = broker_id_for(log_dir, position)
+        inventory.brokers[broker] = str(log_dir)
         offsets: dict[str, dict[tuple[str, int], int]] = {}
+        hw_problem = None if (log_dir / HIGH_WATERMARK_CHECKPOINT).exists() else "absent"
         for checkpoint in (HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
             try:
                 offsets[checkpoint] = read_offset_checkpoint(log_dir / checkpoint)
             except CheckpointError as e:
                 inventory.notes.append(f"broker {broker}: {e}")
                 offsets[checkpoint] = {}
+                if checkpoint == HIGH_WATERMARK_CHECKPOINT:
+                    hw_problem = "unreadable"
+        before = len(inventory.replicas)
         for child in sorted(log_dir.iterdir()):
             parsed = parse_partition_dir(child.name) if child.is_dir() else None
             if parsed is None or (topics is not None and parsed[0] not in topics):
@@ -186,5 +196,9 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
                     epoch_entries=None if entries is None else tuple(entries),
                     epoch_error=error,
                 )
+            )
+        if hw_problem and len(inventory.replicas) > before:
+            inventory.missing_hw_checkpoints.append(
+                f"broker {broker}: {HIGH_WATERMARK_CHECKPOINT} {hw_problem} in {log_dir}"
             )
     return inventory

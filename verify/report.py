@@ -7,10 +7,15 @@ were more), which checks were skipped and why, the high watermarks the checks us
 extents, error counts by name, notes and timings. ``summary.md`` says the same for a person: a
 verdict, a table of counts, the first offending rows of each check, and the notes.
 
-The verdict is ``PASSED`` only when every check ran and found nothing: ``FAILED`` when a check
-found a violation, ``INCOMPLETE`` when none did but a check was skipped (the replica checks
-without log dirs), because a check that did not run proves nothing. ``ok`` is the verdict
-``PASSED``.
+The verdict is ``PASSED`` only when every check ran over every input and found nothing:
+``FAILED`` when a check found a violation, ``INCOMPLETE`` when none did but a check was skipped
+(the replica checks without log dirs) or an input was (no ledger or nothing acknowledged, an
+unclosed or damaged ledger, a log dir without its HW checkpoint, a broker of the assignment whose
+log dir was not given: ``skipped_inputs``), because a check that did not run, or ran over less
+than the run wrote, proves nothing. A skipped input that the flag allowing it was given for is
+listed in ``allowed_inputs`` and does not count. ``ok`` is the verdict ``PASSED``. ``coverage``
+says per check what it read, so a reader sees coverage, not only zeros; ``unacknowledged`` (not
+a violation) counts committed records no ack accounts for, and whose they are.
 """
 
 from __future__ import annotations
@@ -20,7 +25,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CHECKS = ("lost", "duplicate", "divergent", "out_of_order", "hw_above_leo", "epoch_cache_inconsistent")
+CHECKS = (
+    "lost",
+    "ack_mismatch",
+    "duplicate",
+    "divergent",
+    "out_of_order",
+    "sequence_gap",
+    "offset_order",
+    "replica_incomplete",
+    "hw_above_leo",
+    "epoch_cache_inconsistent",
+)
 PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
 REPORT_FILE = "verification.json"
 SUMMARY_FILE = "summary.md"
@@ -28,19 +44,25 @@ TIMELINE_FILE = "timeline.png"
 
 DESCRIPTIONS = {
     "lost": "acknowledged writes missing from the committed log",
+    "ack_mismatch": "acknowledged writes whose record has another producer id, sequence, key or timestamp",
     "duplicate": "values at more than one committed offset",
     "divergent": "offsets below the HW that replicas hold differently",
-    "out_of_order": "records whose producer epoch and sequence do not increase with the offset",
+    "out_of_order": "batches whose producer epoch and sequence do not increase with the offset",
+    "sequence_gap": "batches that skip producer sequences (or start a new epoch past 0)",
+    "offset_order": "batches starting at or below the last offset of the batch before them",
+    "replica_incomplete": "assigned replicas absent, behind the HW, or with unframed bytes mid-log",
     "hw_above_leo": "replicas whose checkpointed HW is above their log end offset",
     "epoch_cache_inconsistent": "replicas whose leader-epoch-checkpoint disagrees with their batches",
 }
 
 
-def verdict_of(counts: dict[str, int], skipped: dict[str, str]) -> str:
-    """FAILED on any violation, else INCOMPLETE when a check was skipped, else PASSED."""
+def verdict_of(
+    counts: dict[str, int], skipped: dict[str, str], skipped_inputs: dict[str, str] | None = None
+) -> str:
+    """FAILED on any violation, else INCOMPLETE when a check or an input was skipped, else PASSED."""
     if any(counts.get(name, 0) for name in CHECKS):
         return FAILED
-    return INCOMPLETE if any(name in skipped for name in CHECKS) else PASSED
+    return INCOMPLETE if skipped_inputs or any(name in skipped for name in CHECKS) else PASSED
 
 
 def verdict_line(result: Result) -> str:
@@ -49,7 +71,12 @@ def verdict_line(result: Result) -> str:
         return f"{FAILED}: {result.violation_count} violation(s)"
     if result.verdict == INCOMPLETE:
         names = [name for name in CHECKS if name in result.skipped]
-        return f"{INCOMPLETE}: {len(names)} check(s) skipped ({', '.join(names)})"
+        parts = [f"{len(names)} check(s) skipped ({', '.join(names)})"] if names else []
+        if result.skipped_inputs:
+            parts.append(
+                f"{len(result.skipped_inputs)} input(s) skipped ({', '.join(result.skipped_inputs)})"
+            )
+        return f"{INCOMPLETE}: {'; '.join(parts)}"
     return PASSED
 
 
@@ -69,10 +96,14 @@ class Result:
     replicas: list[dict[str, Any]] = field(default_factory=list)
     errors_by_name: dict[str, int] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
+    skipped_inputs: dict[str, str] = field(default_factory=dict)
+    allowed_inputs: dict[str, str] = field(default_factory=dict)
+    coverage: dict[str, str] = field(default_factory=dict)
+    unacknowledged: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.counts, self.skipped)
+        return verdict_of(self.counts, self.skipped, self.skipped_inputs)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +169,29 @@ def _row_line(name: str, row: dict[str, Any]) -> str:
         return (
             f"{row['topic']}-{row['partition']} offset {row['offset']}: {row['reason']} ({copies}{missing})"
         )
+    if name == "ack_mismatch":
+        return (
+            f"{row['topic']}-{row['partition']} offset {row['offset']} value {row['value_digest']}: "
+            f"{row['differs']} differ (ledger key {row['key']!r}, producer {row['producer_id']}, sequence "
+            f"{row['sequence']}, acked at {row['time_ms']}; log key {row['log_key']!r}, producer "
+            f"{row['log_producer_id']}, sequence {row['log_sequence']}, timestamp {row['log_timestamp']})"
+        )
+    if name == "sequence_gap":
+        return (
+            f"{row['topic']}-{row['partition']} producer {row['producer_id']}: epoch/sequence "
+            f"{row['producer_epoch']}/{row['sequence']} at offset {row['offset']}, expected sequence "
+            f"{row['expected_sequence']} after {row['previous_epoch']}/{row['previous_sequence']} at offset "
+            f"{row['previous_offset']}"
+        )
+    if name == "offset_order":
+        where = "the committed log" if row.get("broker") is None else f"broker {row['broker']}"
+        return (
+            f"{where} {row['topic']}-{row['partition']}: batch {row['base_offset']}..{row['last_offset']} "
+            f"after a batch ending at {row['previous_last_offset']}"
+        )
+    if name == "replica_incomplete":
+        who = "a replica" if row.get("broker") is None else f"broker {row['broker']}"
+        return f"{who} of {row['topic']}-{row['partition']}: {row['reason']}"
     if name == "out_of_order":
         return (
             f"{row['topic']}-{row['partition']} producer {row['producer_id']}: "
@@ -166,12 +220,12 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
         f"Mode: {result.mode}. Acknowledged writes: {c.get('acknowledged', 0)}; committed records: "
         f"{c.get('committed', 0)}; failed writes: {c.get('errors', 0)}.",
         "",
-        "| check | count | what it means |",
-        "|---|---:|---|",
+        "| check | count | what it means | what it read |",
+        "|---|---:|---|---|",
     ]
     for name in CHECKS:
         count = "skipped" if name in result.skipped else str(c.get(name, 0))
-        lines.append(f"| {name} | {count} | {DESCRIPTIONS[name]} |")
+        lines.append(f"| {name} | {count} | {DESCRIPTIONS[name]} | {result.coverage.get(name, '')} |")
     for name in CHECKS:
         rows = result.violations.get(name) or []
         if not rows:
@@ -182,6 +236,13 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
             lines.append(f"- ... {c[name] - shown} more (see {REPORT_FILE})")
     if result.skipped:
         lines += ["", "## Skipped", ""] + [f"- {name}: {why}" for name, why in result.skipped.items()]
+    if result.skipped_inputs:
+        lines += ["", "## Skipped inputs (the verdict is not PASSED)", ""]
+        lines += [f"- {name}: {why}" for name, why in result.skipped_inputs.items()]
+    if result.allowed_inputs:
+        lines += ["", "## Skipped inputs allowed by a flag", ""]
+        lines += [f"- {name}: {why}" for name, why in result.allowed_inputs.items()]
+    lines += _unacknowledged_lines(result, shown)
     if result.errors_by_name:
         lines += ["", "## Failed writes by error", ""]
         lines += [
@@ -195,6 +256,26 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
         slowest = f" Slowest phase: {max(phases)[1]}." if phases else ""
         lines += ["", f"Timings: {timings}.{slowest}", "", f"Timeline: {TIMELINE_FILE}."]
     return "\n".join(lines) + "\n"
+
+
+def _unacknowledged_lines(result: Result, shown: int) -> list[str]:
+    total = result.counts.get("unacknowledged", 0)
+    if not total:
+        return []
+    lines = [
+        "",
+        f"## Committed records no ack accounts for ({total}; not a violation)",
+        "",
+        f"{result.counts.get('failed_but_landed', 0)} of them are writes the client saw fail "
+        "(expected after failures); the rest have no ledger entry.",
+        "",
+    ]
+    for row in result.unacknowledged[:shown]:
+        lines.append(
+            f"- {row['topic']}-{row['partition']} producer {row['producer_id']} ({row['ledger_entry']}): "
+            f"{row['records']} record(s), offsets {row['first_offset']}..{row['last_offset']}"
+        )
+    return lines
 
 
 def write_summary(result: Result) -> Path:

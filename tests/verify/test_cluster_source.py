@@ -8,6 +8,7 @@ partition, nothing at or above the high watermark. Then the whole job runs in cl
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +45,26 @@ async def test_committed_source_reads_back_what_was_acknowledged(tmp_path: Path,
         async with Producer(bootstrap, acks="all", linger_ms=2, batch_size=2048) as producer:
             futures = []
             for i in range(RECORDS):
-                value = b"value-%05d" % i
-                futures.append((value, await producer.send(TOPIC, value, key=b"k%d" % (i % 17))))
+                value, key = b"value-%05d" % i, b"k%d" % (i % 17)
+                sent_ms = time.time_ns() // 1_000_000
+                futures.append((value, key, sent_ms, await producer.send(TOPIC, value, key=key)))
             await producer.flush()
-            with LedgerWriter(report) as ledger:
-                for value, future in futures:
+            acked_ms = time.time_ns() // 1_000_000
+            with LedgerWriter(report) as ledger:  # what the producer was told, as the workload records it
+                for value, key, sent_ms, future in futures:
                     md = future.result()
                     acked[(md.partition, md.offset)] = value_digest(value)
-                    ledger.ack(TOPIC, md.partition, md.offset, value, latency_ms=1.0)
+                    ledger.ack(
+                        TOPIC,
+                        md.partition,
+                        md.offset,
+                        value,
+                        key=key,
+                        producer_id=md.producer_id,
+                        sequence=md.sequence,
+                        time_ms=acked_ms,
+                        latency_ms=acked_ms - sent_ms,
+                    )
             producer_id = getattr(producer, "producer_id", -1)
 
         offsets = await partition_offsets(bootstrap, [TOPIC])

@@ -50,7 +50,13 @@ def test_clean_run_passes_and_writes_the_report(tmp_path: Path, spark: Any) -> N
     assert {(r["broker"], r["partition"], r["leo"], r["checkpointed_hw"]) for r in report["replicas"]} == {
         (b, p, 30, 30) for b in (1, 2, 3) for p in (0, 1)
     }
-    assert result.summary_path.read_text().startswith("# Verification PASSED")
+    summary = result.summary_path.read_text()
+    assert summary.startswith("# Verification PASSED")
+    assert (
+        "| divergent | 0 | offsets below the HW that replicas hold differently | 6 replica(s), 180 record(s)"
+        in summary
+    )
+    assert result.coverage["lost"] == "60 ack(s) against 60 committed record(s) of 2 partition(s)"
     png = result.timeline_path.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -224,15 +230,20 @@ def test_both_ledger_forms_give_the_same_report(tmp_path: Path, spark: Any) -> N
     ]
 
 
-def test_an_unclosed_columnar_ledger_is_verified_with_a_note(tmp_path: Path, spark: Any) -> None:
+def test_an_unclosed_columnar_ledger_is_incomplete_unless_allowed(tmp_path: Path, spark: Any) -> None:
     """The workload died after its last chunk: no ``_CLOSED``, a torn chunk under its temporary
-    name. Spark skips the temporary file like the markers; the report says what may be missing."""
+    name. Spark skips the temporary file like the markers; the report says what may be missing,
+    and the verdict is INCOMPLETE unless --allow-unclosed-ledger was given."""
     s = sc.build(tmp_path)
     chunks = s.report_dir / LEDGER_DIR
     (chunks / CLOSED_MARKER).unlink()
     (chunks / ".part-000009.parquet.tmp").write_bytes(b"PAR1 torn")
-    result = verify(s, spark)
+    unallowed = verify(s, spark)
+    assert unallowed.verdict == "INCOMPLETE" and list(unallowed.skipped_inputs) == ["ledger_closed"]
+    assert "--allow-unclosed-ledger accepts it" in unallowed.skipped_inputs["ledger_closed"]
+    result = run_verification(s.report_dir, None, s.log_dirs, spark=spark, allow=["unclosed-ledger"])
     assert result.ok, result.violations
+    assert list(result.allowed_inputs) == ["ledger_closed"]
     assert result.counts["acknowledged"] == s.total and result.counts["malformed_ledger_lines"] == 0
     (note,) = [n for n in result.notes if "ledger" in n]
     assert note.startswith("the ledger was not closed (the workload stopped without closing it)")

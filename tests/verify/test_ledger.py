@@ -48,6 +48,7 @@ def test_writer_lines_match_the_documented_format(tmp_path: Path) -> None:
     with LedgerWriter(tmp_path, format="jsonl", clock_ms=lambda: 42) as ledger:
         ledger.ack("t", 1, 7, b"v", key=b"k", producer_id=9, sequence=3, latency_ms=1.23456)
         ledger.error("t", -1, "NOT_ENOUGH_REPLICAS", time_ms=50)
+        ledger.error("t", 0, "REQUEST_TIMED_OUT", value=b"w", time_ms=51)
         ledger.fault({"action": "SIGKILL", "broker": 2, "id": "f"}, time_ms=40)
         ledger.leader_change({"topic": "t", "partition": 1, "leader": 3})
     lines = [json.loads(line) for line in (tmp_path / LEDGER_FILE).read_text().splitlines()]
@@ -65,6 +66,15 @@ def test_writer_lines_match_the_documented_format(tmp_path: Path) -> None:
             "latency_ms": 1.235,
         },
         {"type": "error", "topic": "t", "partition": -1, "error": "NOT_ENOUGH_REPLICAS", "time_ms": 50},
+        {
+            "type": "error",
+            "topic": "t",
+            "partition": 0,
+            "error": "REQUEST_TIMED_OUT",
+            "value_digest": value_digest(b"w"),
+            "time_ms": 51,
+        },
+        {"type": "closed", "acks": 1, "errors": 2, "time_ms": 42},
     ]
     events = [json.loads(line) for line in (tmp_path / EVENTS_FILE).read_text().splitlines()]
     assert events == [
@@ -265,6 +275,7 @@ def test_convert_round_trips_every_entry(tmp_path: Path) -> None:
         ledger.ack("t", 0, 0, b"a", key=b"k\xfe", producer_id=3, sequence=0, latency_ms=1.5)
         ledger.ack("t", 0, 1, None, key=None)
         ledger.error("t", -1, "NOT_ENOUGH_REPLICAS")
+        ledger.error("t", 0, "REQUEST_TIMED_OUT", value=b"failed")
         ledger.ack("t", 1, 0, b"b", time_ms=99, latency_ms=0.001)
         ledger.fault({"id": "f"}, time_ms=1)
     lines_before = (r / LEDGER_FILE).read_text()
@@ -273,7 +284,7 @@ def test_convert_round_trips_every_entry(tmp_path: Path) -> None:
         build_cli(), ["ledger", "convert", str(r), "--to", "parquet", "--out", str(tmp_path / "p")]
     )
     assert done.exit_code == 0, (done.output, done.stderr)
-    assert "converted 3 ack(s) and 1 error(s)" in done.stdout
+    assert "converted 3 ack(s) and 2 error(s)" in done.stdout
     assert (r / LEDGER_FILE).read_text() == lines_before  # the original is kept
     assert (tmp_path / "p" / EVENTS_FILE).read_text() == (r / EVENTS_FILE).read_text()
     done = runner.invoke(
@@ -284,6 +295,7 @@ def test_convert_round_trips_every_entry(tmp_path: Path) -> None:
     assert list(read_ledger(tmp_path / "p")) == original == list(read_ledger(tmp_path / "j"))
     assert (tmp_path / "j" / LEDGER_FILE).read_text() == lines_before
     assert original[0] == Ack("t", 0, 0, "k\\xfe", value_digest(b"a"), 3, 0, 42, 1.5)
+    assert original[3] == WriteError("t", 0, "REQUEST_TIMED_OUT", 42, value_digest(b"failed"))
 
     # Next to the original: written once, then refused.
     done = runner.invoke(build_cli(), ["ledger", "convert", str(r)])
@@ -292,4 +304,4 @@ def test_convert_round_trips_every_entry(tmp_path: Path) -> None:
     assert done.exit_code == 1 and "exists: will not overwrite it" in done.stderr
     said: list[str] = []
     result = convert(r, "jsonl", out=tmp_path / "j2", progress=said.append, progress_every=2)
-    assert (result.acks, result.errors) == (3, 1) and len(said) == 2 and "4 entries converted" in said[1]
+    assert (result.acks, result.errors) == (3, 2) and len(said) == 2 and "4 entries converted" in said[1]

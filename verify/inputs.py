@@ -1,0 +1,127 @@
+"""Which inputs the verification job could not read in full, and which of them a flag allows
+(docs/operations.md "Chaos runs and verification"): a check over less than the run wrote proves
+less than its zero says, so every such input is named in the report and turns the verdict
+INCOMPLETE (:mod:`verify.report`) unless the flag that allows it was given.
+
+The inputs, and the flag (``floodmark verify --allow-...``) that allows each:
+
+* ``ledger`` - no ledger in the report dir, or none of its acks is of a verified topic (a wrong
+  report dir or ``--topic``, or a run where every write failed): ``--allow-empty-ledger``;
+* ``ledger_closed`` - the ledger has no closing marker (``_CLOSED``, or the JSON-lines form's last
+  line): the workload stopped without closing it and its buffered tail may be lost:
+  ``--allow-unclosed-ledger``;
+* ``ledger_entries`` - entries that cannot be used: malformed JSON lines, acks without topic,
+  partition or offset, or counts that disagree with the closing marker (lines lost in between).
+  Only one torn last line of an unclosed ledger is what a crash leaves, and only that is allowed
+  (by ``--allow-unclosed-ledger``);
+* ``hw_checkpoints`` - a log dir with replicas but no readable ``replication-offset-checkpoint``:
+  hw_above_leo cannot see its replicas, and offline its HWs are unknown: ``--allow-missing-checkpoints``;
+* ``log_dirs`` - brokers that the assignment in the metadata lists for a replica but whose log
+  dirs were not given: their replicas were not read: ``--allow-missing-log-dirs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+EMPTY_LEDGER = "empty-ledger"
+UNCLOSED_LEDGER = "unclosed-ledger"
+MISSING_CHECKPOINTS = "missing-checkpoints"
+MISSING_LOG_DIRS = "missing-log-dirs"
+ALLOWANCES = (EMPTY_LEDGER, UNCLOSED_LEDGER, MISSING_CHECKPOINTS, MISSING_LOG_DIRS)
+
+
+def flag(allowance: str) -> str:
+    return f"--allow-{allowance}"
+
+
+@dataclass
+class SkippedInputs:
+    """The inputs skipped so far: ``skipped`` turn the verdict INCOMPLETE, ``allowed`` do not."""
+
+    allow: frozenset[str] = frozenset()
+    skipped: dict[str, str] = field(default_factory=dict)
+    allowed: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.allow) - set(ALLOWANCES)
+        if unknown:
+            raise ValueError(f"unknown allowance(s) {sorted(unknown)}: choose from {ALLOWANCES}")
+
+    def skip(self, name: str, why: str, allowance: str | None) -> None:
+        if allowance is not None and allowance in self.allow:
+            self.allowed[name] = f"{why} (allowed by {flag(allowance)})"
+        elif allowance is not None:
+            self.skipped[name] = f"{why}; {flag(allowance)} accepts it"
+        else:
+            self.skipped[name] = why
+
+
+@dataclass(frozen=True)
+class LedgerFacts:
+    """What the job counted in the ledger."""
+
+    form: str | None  # parquet, jsonl, or None: no ledger
+    closed: dict[str, int] | None  # the closing marker's totals; None: not closed
+    acks: int  # ack entries of every topic
+    errors: int
+    verified_acks: int  # usable acks of the verified topics
+    malformed: int  # lines that are no JSON object of the schema
+    unusable_acks: int  # acks without topic, partition or offset
+
+
+def ledger_inputs(skipped: SkippedInputs, ledger: LedgerFacts) -> None:
+    if ledger.form is None:
+        skipped.skip("ledger", "no ledger in the report dir: nothing acknowledged to look for", EMPTY_LEDGER)
+    elif ledger.verified_acks == 0:
+        skipped.skip(
+            "ledger",
+            "the ledger holds no acknowledged write of the verified topics (a wrong report dir or "
+            "--topic, or a run where every write failed)",
+            EMPTY_LEDGER,
+        )
+    if ledger.form is None:
+        return
+    problems = []
+    if ledger.closed is None:
+        skipped.skip(
+            "ledger_closed",
+            "the ledger was not closed (the workload stopped without closing it): its buffered tail may be missing",
+            UNCLOSED_LEDGER,
+        )
+    elif (ledger.closed["acks"], ledger.closed["errors"]) != (ledger.acks, ledger.errors):
+        problems.append(
+            f"its closing marker counts {ledger.closed['acks']} ack(s) and {ledger.closed['errors']} "
+            f"error(s), it holds {ledger.acks} and {ledger.errors}"
+        )
+    if ledger.malformed:
+        problems.append(f"{ledger.malformed} malformed line(s)")
+    if ledger.unusable_acks:
+        problems.append(f"{ledger.unusable_acks} ack(s) without topic, partition or offset")
+    if problems:
+        torn_tail = ledger.closed is None and ledger.malformed == 1 and len(problems) == 1
+        why = "the ledger has " + "; ".join(problems)
+        if torn_tail:
+            why += " (a torn last line is what a crash leaves)"
+        skipped.skip("ledger_entries", why, UNCLOSED_LEDGER if torn_tail else None)
+
+
+def checkpoint_inputs(skipped: SkippedInputs, missing: list[str]) -> None:
+    if missing:
+        skipped.skip(
+            "hw_checkpoints",
+            "; ".join(missing) + ": hw_above_leo cannot see these replicas",
+            MISSING_CHECKPOINTS,
+        )
+
+
+def log_dir_inputs(skipped: SkippedInputs, assigned: Iterable[int], read: Iterable[int]) -> None:
+    unread = sorted(set(assigned) - set(read))
+    if unread:
+        skipped.skip(
+            "log_dirs",
+            f"broker(s) {', '.join(map(str, unread))} hold replicas in the assignment but their log dirs "
+            "were not given: their replicas were not read",
+            MISSING_LOG_DIRS,
+        )

@@ -1,0 +1,286 @@
+"""The checks of each replica's own files (docs/design.md "Verification job"): is every replica the
+assignment lists there, does it hold everything below the high watermark, are its batches in
+offset order, and do its checkpoints agree with its batches. Kafka's mechanisms behind them:
+the ISR (a replica in it holds every committed record: ``Partition.maybeExpandIsr``), the log's
+append-only offsets (``LogSegment``), the ``replication-offset-checkpoint`` (a HW no replica can
+be past its own log end) and the ``leader-epoch-checkpoint`` (``LeaderEpochFileCache``, what
+truncation after a failover reads: KIP-101, KIP-279).
+
+* :func:`replica_incomplete` - per replica: listed in the assignment (the cluster's metadata, or
+  offline inferred from the log dirs) but absent from its broker's log dir; holding less than
+  the high watermark (its log end offset below it: committed records lost, whatever its own HW
+  checkpoint says, since the broker lowers that with the log when it truncates); or holding
+  segment bytes that frame no batch in a segment other than the last (everything after them is
+  unread). Offline the HW is the highest any replica checkpointed, capped by the most complete
+  replica's log end offset (a HW above every replica's log is :func:`hw_above_leo`'s finding).
+  Pure Python over the driver's small inputs.
+* :func:`offset_order` - per batch: a batch that starts at or below the last offset of the batch
+  before it, on a replica or in the committed log read from the leader (two records at one
+  offset, or offsets going back). From the readers' facts (:mod:`verify.scan_facts`).
+* :func:`hw_above_leo` - a replica whose checkpointed HW is above its log end offset.
+* :func:`epoch_cache_inconsistent` - a replica whose leader-epoch-checkpoint disagrees with the
+  epochs stamped in its batches, or a batch with no leader epoch (per replica, every problem
+  listed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from verify.checks import REPLICA
+
+_ENTRIES = "array<struct<epoch:int,start_offset:bigint>>"
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class Assignment:
+    """Which brokers should hold a replica of each partition. ``source`` is ``metadata`` (the
+    cluster's, exact) or ``inferred`` (offline: each topic's partitions 0..the highest seen, each
+    with as many replicas as its most replicated partition; which broker lacks one is unknown)."""
+
+    source: str
+    replicas: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    replication_factor: dict[str, int] = field(default_factory=dict)
+
+
+def inferred_assignment(extents: list[dict[str, Any]]) -> Assignment:
+    per_tp: dict[TopicPartition, list[int]] = defaultdict(list)
+    for r in extents:
+        per_tp[(r["topic"], r["partition"])].append(r["broker"])
+    assignment = Assignment("inferred")
+    for (topic, partition), brokers in per_tp.items():
+        rf = assignment.replication_factor.get(topic, 0)
+        assignment.replication_factor[topic] = max(rf, len(brokers))
+        assignment.replicas[(topic, partition)] = sorted(brokers)
+    for topic in assignment.replication_factor:
+        highest = max(p for t, p in per_tp if t == topic)
+        for partition in range(highest + 1):
+            assignment.replicas.setdefault((topic, partition), [])
+    return assignment
+
+
+def _row(
+    broker: int | None, tp: TopicPartition, leo: int | None, hw: int | None, reason: str
+) -> dict[str, Any]:
+    return {
+        "broker": broker,
+        "topic": tp[0],
+        "partition": tp[1],
+        "log_end_offset": leo,
+        "high_watermark": hw,
+        "reason": reason,
+    }
+
+
+def replica_incomplete(
+    extents: list[dict[str, Any]],
+    hws: dict[TopicPartition, int],
+    assignment: Assignment,
+    brokers_read: set[int],
+    facts: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """See the module docstring; ``brokers_read`` are the brokers whose log dirs were read."""
+    rows: list[dict[str, Any]] = []
+    per_tp: dict[TopicPartition, list[dict[str, Any]]] = defaultdict(list)
+    for r in extents:
+        per_tp[(r["topic"], r["partition"])].append(r)
+    for tp, listed in sorted(assignment.replicas.items()):
+        present = {r["broker"] for r in per_tp.get(tp, [])}
+        if assignment.source == "metadata":
+            for broker in sorted(set(listed) & brokers_read - present):
+                rows.append(
+                    _row(broker, tp, None, hws.get(tp), "listed in the assignment, absent from its log dir")
+                )
+        elif len(present) < assignment.replication_factor.get(tp[0], 0):
+            rf = assignment.replication_factor[tp[0]]
+            reason = f"{len(present)} replica(s) in the log dirs, {rf} of every other partition of the topic"
+            rows.append(_row(None, tp, None, hws.get(tp), reason))
+    for tp, replicas in sorted(per_tp.items()):
+        hw = hws.get(tp)
+        if hw is None:
+            continue
+        listed = assignment.replicas.get(tp) if assignment.source == "metadata" else None
+        target = hw if assignment.source == "metadata" else min(hw, max(r["leo"] for r in replicas))
+        for r in sorted(replicas, key=lambda r: r["broker"]):
+            if (listed is None or r["broker"] in listed) and r["leo"] < target:
+                reason = (
+                    f"log end offset {r['leo']} below the high watermark {target}: committed records missing"
+                )
+                rows.append(_row(r["broker"], tp, r["leo"], hw, reason))
+    for f in facts:
+        for u in f.get("unframed", []):
+            if f.get("broker") is not None and not u["last"]:
+                reason = (
+                    f"segment {u['segment_base']}: {u['size'] - u['end']} byte(s) from position {u['end']} "
+                    "frame no batch (and are not the log's tail)"
+                )
+                rows.append(_row(f["broker"], (f["topic"], f["partition"]), None, None, reason))
+    return rows
+
+
+def torn_tail_notes(facts: list[dict[str, Any]]) -> list[str]:
+    """Notes for unframed bytes at a replica's log end (a torn tail after a crash is expected)."""
+    return [
+        f"broker {f['broker']} {f['topic']}-{f['partition']}: the last {u['size'] - u['end']} byte(s) of "
+        f"segment {u['segment_base']} frame no batch (a torn tail; replica_incomplete says if committed "
+        "records lie past it)"
+        for f in facts
+        for u in f.get("unframed", [])
+        if u["last"] and f.get("broker") is not None
+    ]
+
+
+def offset_order(facts: list[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+    """(count, example rows) of batches out of offset order, on replicas (``broker``) and in the
+    committed log read from the leaders (``broker`` null)."""
+    count = sum(int(f.get("out_of_order_batches", 0)) for f in facts)
+    rows = [
+        {"broker": f.get("broker"), "topic": f["topic"], "partition": f["partition"], **example}
+        for f in facts
+        for example in f.get("examples", [])
+    ]
+    return count, rows
+
+
+_PROBLEMS = (
+    "array_sort(concat("
+    "transform(unstamped, x -> format_string("
+    "'batch at offset %d has no leader epoch (%d): no leader stamped it, so truncation after a failover cannot place it', "
+    "x.base, x.epoch)), "
+    "transform(filter(bi, i -> i > 0 AND get(b, i).epoch < get(b, i - 1).epoch), i -> format_string("
+    "'batch at offset %d has leader epoch %d, below the epoch %d of the batch before it', "
+    "get(b, i).base, get(b, i).epoch, get(b, i - 1).epoch)), "
+    "transform(array_except(runs, cp), e -> format_string("
+    "'batches of leader epoch %d start at offset %d but the checkpoint has no entry (%d, %d)', "
+    "e.epoch, e.start_offset, e.epoch, e.start_offset)), "
+    "transform(array_except(array_except(cp, runs), pending), e -> format_string("
+    "'checkpoint entry (%d, %d) is not where a run of epoch-%d batches starts', e.epoch, e.start_offset, e.epoch)), "
+    "transform(filter(ci, i -> get(cp, i).epoch <= get(cp, i - 1).epoch "
+    "OR get(cp, i).start_offset < get(cp, i - 1).start_offset), i -> format_string("
+    "'checkpoint entry (%d, %d) does not follow (%d, %d)', get(cp, i).epoch, get(cp, i).start_offset, "
+    "get(cp, i - 1).epoch, get(cp, i - 1).start_offset)), "
+    "IF(checkpoint_error IS NULL, array(), array(concat('unreadable leader-epoch-checkpoint: ', checkpoint_error)))"
+    "))"
+)
+
+
+def epoch_checkpoints(spark: Any, replicas: Any) -> DataFrame:
+    """The ``epoch_checkpoints`` input from the :class:`verify.replicas.Replica` list the driver read."""
+    rows = [
+        (
+            r.broker,
+            r.topic,
+            r.partition,
+            None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
+            r.epoch_error,
+        )
+        for r in replicas
+    ]
+    return spark.createDataFrame(
+        rows, f"broker int, topic string, partition int, checkpoint {_ENTRIES}, checkpoint_error string"
+    )
+
+
+def hw_above_leo(extents: DataFrame) -> DataFrame:
+    return extents.where(F.col("checkpointed_hw") > F.col("leo")).select(
+        *REPLICA, "checkpointed_hw", F.col("leo").alias("log_end_offset")
+    )
+
+
+def _batch_epochs(replica_rows: DataFrame, bounds: DataFrame) -> DataFrame:
+    """Per replica, its batches from the log start on as sorted arrays of (base, epoch): ``b``
+    those stamped with a leader epoch, ``unstamped`` those without."""
+    # The batches from the log start on, one sorted array per replica. Building the array in the
+    # aggregation makes it an attribute: every expression below reads it, none recomputes it.
+    return (
+        replica_rows.where(F.col("offset") == F.col("batch_base_offset"))
+        .join(F.broadcast(bounds), REPLICA)
+        .where(F.col("batch_last_offset") >= F.col("log_start"))
+        .groupBy(*REPLICA)
+        .agg(
+            # A batch without a leader epoch (-1) is one no leader stamped: a problem of its own,
+            # and no part of a run of epochs (collect_list skips the nulls of the other kind).
+            F.array_sort(
+                F.collect_list(
+                    F.when(
+                        F.col("leader_epoch") >= 0,
+                        F.struct(
+                            F.col("batch_base_offset").alias("base"), F.col("leader_epoch").alias("epoch")
+                        ),
+                    )
+                )
+            ).alias("b"),
+            F.array_sort(
+                F.collect_list(
+                    F.when(
+                        F.col("leader_epoch") < 0,
+                        F.struct(
+                            F.col("batch_base_offset").alias("base"), F.col("leader_epoch").alias("epoch")
+                        ),
+                    )
+                )
+            ).alias("unstamped"),
+        )
+    )
+
+
+def epoch_cache_inconsistent(
+    replica_rows: DataFrame, extents: DataFrame, epoch_checkpoints: DataFrame
+) -> DataFrame:
+    """Every checkpoint entry (epoch, start) must be where a run of batches stamped with that
+    epoch begins (a run that began before the log start offset counts as beginning there), and
+    every such run must have its entry; batch epochs must not decrease with offset; entries must
+    increase. One exception, as in Kafka: the last entry may start at the log end offset with an
+    epoch above every batch's (a leader that has not written in its epoch yet). A batch with no
+    leader epoch (-1) is a problem of its own: a leader stamps every batch it appends.
+
+    ``epoch_checkpoints``: per replica ``checkpoint`` (array of struct(epoch int, start_offset
+    bigint) in file order; null when the file is absent) and ``checkpoint_error`` (why the file
+    could not be read, else null). Works per replica on sorted arrays: one shuffle in all."""
+    bounds = extents.select(*REPLICA, "log_start", "leo")
+    batches = _batch_epochs(replica_rows, bounds)
+    empty = F.expr("array()").cast("array<struct<base:bigint,epoch:int>>")
+    steps = (
+        bounds.join(batches, REPLICA, "left")
+        .join(F.broadcast(epoch_checkpoints), REPLICA, "left")
+        .withColumn("b", F.coalesce("b", empty))
+        .withColumn("unstamped", F.coalesce("unstamped", empty))
+        .withColumn("cp", F.coalesce("checkpoint", F.expr("array()").cast(_ENTRIES)))
+        .withColumn("bi", F.expr("IF(size(b) = 0, array(), sequence(0, size(b) - 1))"))
+        .withColumn("ci", F.expr("IF(size(cp) < 2, array(), sequence(1, size(cp) - 1))"))
+        .withColumn(
+            "runs",
+            F.expr(
+                "transform(filter(bi, i -> i = 0 OR get(b, i).epoch != get(b, i - 1).epoch), "
+                "i -> named_struct('epoch', get(b, i).epoch, 'start_offset', greatest(get(b, i).base, log_start)))"
+            ).cast(_ENTRIES),
+        )
+        .withColumn("max_epoch", F.expr("array_max(transform(b, x -> x.epoch))"))
+        .withColumn(
+            "pending",
+            F.expr(
+                "filter(cp, e -> e = element_at(cp, -1) AND e.start_offset = leo "
+                "AND (max_epoch IS NULL OR e.epoch > max_epoch))"
+            ),
+        )
+    )
+    problems = F.expr(_PROBLEMS)
+    as_pairs = "transform({0}, e -> array(CAST(e.epoch AS BIGINT), e.start_offset))"
+    return (
+        steps.withColumn("problems", problems)
+        .where(F.size("problems") > 0)
+        .select(
+            *REPLICA,
+            "problems",
+            F.expr(as_pairs.format("cp")).alias("checkpoint"),
+            F.expr(as_pairs.format("runs")).alias("batch_epoch_starts"),
+            "log_start",
+            "leo",
+        )
+    )
