@@ -28,7 +28,8 @@ without flushing (as the kernel does at exit: no clean-shutdown marker, no check
 the node in the network (peers see its FIN) and drops its ZooKeeper connection without a Close
 request (the session expires at the server after its timeout, taking the broker's ephemeral
 znodes). Files keep every byte written, fsynced or not: this is a *process* crash, which the page
-cache survives; a machine crash that loses unsynced bytes is not modelled here (a limit).
+cache survives. :meth:`BrokerProcess.power_loss` is the machine's: the crash, then its disk
+(:class:`sim.storage_model.Disk`, set by the world) keeps only what was fsynced.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from sim.zk_client import SimKazooClient, client_factory
 
 if TYPE_CHECKING:
     from sim.loop import SimEventLoop
+    from sim.storage_model import Disk, PowerLoss
     from sim.zookeeper import ZooKeeperServer
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,7 @@ class BrokerProcess:
         self.incarnations = 0
         self.zk_client: SimKazooClient | None = None
         self.halted: int | None = None  # the exit code the broker halted with (KIP-112)
+        self.disk: Disk | None = None  # its log dirs' page-cache model and faults (sim/storage.py)
 
     @property
     def state(self) -> ProcessState:
@@ -172,6 +175,8 @@ class BrokerProcess:
         incarnation = Incarnation(self.broker_id, self.incarnations)
         self.incarnation = incarnation
         self.halted = None
+        if self.disk is not None:
+            self.disk.power_on()
         runtime = ServerRuntime(
             zk_client_factory=self._zk_client,
             connect=self.network.connector(self.node),
@@ -225,6 +230,12 @@ class BrokerProcess:
             task.cancel()
         self._close_files()
         log.info("sim: broker %d crashed (incarnation %d)", self.broker_id, incarnation.number)
+
+    def power_loss(self) -> PowerLoss | None:
+        """The machine loses power: the process dies (:meth:`crash`), then its disk rolls back to
+        what was fsynced and stays off until the next :meth:`start` (sim/storage_model.py)."""
+        self.crash()
+        return self.disk.power_loss() if self.disk is not None else None
 
     def _kill_zk_session(self) -> None:
         """The TCP connection to ZooKeeper closes without a Close request: the server keeps the

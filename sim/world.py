@@ -6,7 +6,9 @@ same network, and the faults by broker id: crash, restart, pause, resume, partit
 Everything random is drawn from the loop's seeded streams (``loop.seeds.stream(name)``): the
 scheduler's, ``"network"``, ``"zookeeper"``, one per broker incarnation and one per client; the
 brokers' wall clock is :class:`sim.clock.SimClock`. Log dirs live under one temp dir per world,
-on /dev/shm when there is one (fsync there costs nothing; the files are real files).
+on /dev/shm when there is one (the files are real files), each broker's on a modelled disk
+(sim/storage.py, installed for the world's life): a power loss keeps only what was fsynced, and
+disk-full / disk-error faults fail its writes (:data:`STORAGE_FAULTS`, :meth:`World.storage_fault`).
 
 Usage (inside ``run_simulation``)::
 
@@ -15,6 +17,7 @@ Usage (inside ``run_simulation``)::
         admin = await world.admin()
         ...
         world.crash(2); await world.restart(2)
+        world.power_loss(3); await world.restart(3)
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from sim.broker_process import BrokerProcess, ProcessState, ProcessTable, host_n
 from sim.clock import SimClock
 from sim.loop import SimEventLoop
 from sim.network import NetworkConfig, SimNetwork
+from sim.storage import SimStorage
+from sim.storage_model import Disk, Op, PowerLoss
 from sim.zookeeper import ZkFaultRates, ZooKeeperServer
 from zk.paths import BROKER_IDS_PATH, CONTROLLER_PATH, partition_state_path
 
@@ -55,6 +60,8 @@ DEFAULT_PROPS = {
     "min.insync.replicas": "2",
     "controlled.shutdown.enable": "false",
 }
+#: The storage faults :meth:`World.storage_fault` injects (the sweep draws among them).
+STORAGE_FAULTS = ("power-loss", "disk-full", "disk-error")
 
 
 @dataclass
@@ -67,6 +74,8 @@ class WorldConfig:
     zk_faults: ZkFaultRates | None = None
     #: where the per-run temp dir goes (None: /dev/shm if present, else the system's temp dir)
     root: Path | None = None
+    #: probability that each call on a broker's log dirs fails with EIO (sim/storage_model.py)
+    storage_error_rate: float = 0.0
 
 
 class World:
@@ -97,6 +106,16 @@ class World:
         }
         self._clients = 0
         self._closeables: list[Any] = []
+        # Each broker's log dirs on a modelled disk (sim/storage.py); installed last, undone by close().
+        self.storage = SimStorage()
+        for broker in self.brokers.values():
+            disk = self.storage.add_disk(
+                broker.node, broker.log_dirs, loop.seeds.stream(f"storage/{broker.node}")
+            )
+            disk.error_rate = self.config.storage_error_rate
+            broker.disk = disk
+        self._storage_rng = loop.seeds.stream("storage")
+        self.storage.install()
 
     def _props(self, broker_id: int) -> dict[str, str]:
         base = self.root / node_name(broker_id)
@@ -124,15 +143,19 @@ class World:
         await self.wait_until_ready(within_s=ready_within_s)
 
     async def close(self) -> None:
-        """Close the clients, crash whatever still runs, remove the temp dir."""
-        for client in reversed(self._closeables):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), 5.0)
-        for broker in self.brokers.values():
-            broker.crash()
-        await asyncio.sleep(0)
-        self.table.uninstall()
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Close the clients, crash whatever still runs, put the real os functions back, remove
+        the temp dir."""
+        try:
+            for client in reversed(self._closeables):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), 5.0)
+            for broker in self.brokers.values():
+                broker.crash()
+            await asyncio.sleep(0)
+            self.table.uninstall()
+        finally:
+            self.storage.uninstall()
+            shutil.rmtree(self.root, ignore_errors=True)
 
     # -- the state, read straight from ZooKeeper's tree (no session, no network) ----------------
     def znode(self, path: str) -> bytes | None:
@@ -240,6 +263,49 @@ class World:
 
     def heal(self) -> None:
         self.network.heal()
+
+    # -- storage faults by broker id (sim/storage.py) ---------------------------------------------
+    def power_loss(self, broker_id: int) -> PowerLoss | None:
+        """The broker's machine loses power: it crashes and its disk keeps only what was fsynced."""
+        return self.brokers[broker_id].power_loss()
+
+    def disk_full(self, broker_id: int, room_bytes: int = 0) -> None:
+        """The broker's disk fills up after ``room_bytes`` more bytes (ENOSPC) until healed."""
+        self._disk(broker_id).fill(room_bytes)
+
+    def disk_error(
+        self, broker_id: int, op: Op | None = None, count: int | None = 1, path_contains: str | None = None
+    ) -> None:
+        """The next ``count`` calls of kind ``op`` on the broker's disk fail with EIO (None: for ever)."""
+        self._disk(broker_id).fail(op, count=count, path_contains=path_contains)
+
+    def heal_disks(self) -> None:
+        """Free every full disk and drop every placed disk error (an offline log dir stays offline
+        until its broker restarts, as KIP-112 has it)."""
+        for broker in self.brokers.values():
+            self._disk(broker.broker_id).heal()
+
+    def storage_fault(self, kind: str, broker_id: int) -> str:
+        """Inject one of :data:`STORAGE_FAULTS` on the broker, its parameters drawn from the
+        world's "storage" stream; returns what was done (for the run's history)."""
+        rng = self._storage_rng
+        if kind == "power-loss":
+            report = self.power_loss(broker_id)
+            return f"power-loss broker {broker_id}: {report.bytes_lost if report else 0} unsynced bytes lost"
+        if kind == "disk-full":
+            room = rng.choice((0, rng.randrange(1, 1 << 12)))  # full now, or a few batches later
+            self.disk_full(broker_id, room)
+            return f"disk-full broker {broker_id} after {room} bytes"
+        if kind == "disk-error":
+            op = rng.choice(("write", "fsync", "open", "metadata"))
+            self.disk_error(broker_id, op)
+            return f"disk-error broker {broker_id} on the next {op}"
+        raise ValueError(f"unknown storage fault {kind!r}, expected one of {STORAGE_FAULTS}")
+
+    def _disk(self, broker_id: int) -> Disk:
+        disk = self.brokers[broker_id].disk
+        assert disk is not None
+        return disk
 
     def states(self) -> dict[int, ProcessState]:
         return {i: b.state for i, b in self.brokers.items()}
