@@ -31,6 +31,7 @@ from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
 from broker.file_budget import current_budget, log_budget, open_files
 from broker.log import LogManager
+from broker.log.log import ScheduleOnce
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
@@ -73,6 +74,9 @@ class ServerRuntime:
     #: makes each listener's acceptor (default: a listening socket)
     acceptor_factory: AcceptorFactory = Acceptor
     monotonic: Callable[[], float] = time.monotonic
+    #: runs each roll's "flush-log" job (None: the log manager's own flusher thread; the
+    #: simulator runs it as a callback on its loop, since a real thread would race it)
+    schedule_once: ScheduleOnce | None = None
 
 
 class BrokerServer:
@@ -113,7 +117,13 @@ class BrokerServer:
         self.log_dir_failures.add_listener(
             lambda d, _msg: loop.call_soon_threadsafe(self._on_log_dir_failure, d)
         )
-        self.log_manager = LogManager(cfg.log_dirs, cfg.log_config(), self.time_ms, self.log_dir_failures)
+        self.log_manager = LogManager(
+            cfg.log_dirs,
+            cfg.log_config(),
+            self.time_ms,
+            self.log_dir_failures,
+            schedule_once=self.runtime.schedule_once,
+        )
         self.file_budget = current_budget(resource)
         await loop.run_in_executor(None, self.log_manager.load_logs)
         if self.log_dir_failures.resource_errors:  # EMFILE loading the logs: not a disk failure

@@ -182,6 +182,8 @@ class BrokerProcess:
             connect=self.network.connector(self.node),
             acceptor_factory=lambda *args, **kwargs: SimAcceptor(self.network, self.node, *args, **kwargs),
             monotonic=self.loop.time,
+            # a roll's flush job as a callback of this incarnation, not on a real flusher thread
+            schedule_once=lambda _name, job: self.loop.call_soon(job),
         )
         server = BrokerServer(
             BrokerConfig(dict(self.props)),

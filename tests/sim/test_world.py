@@ -233,3 +233,27 @@ def test_a_paused_broker_can_be_crashed_and_restarted() -> None:
         await world.wait_for(lambda: len(world.records(2, TOPIC, 0)) >= 5, "broker 2 catching up")
 
     simulate(main, seed=9)
+
+
+def test_segment_rolls_flush_on_the_loop_not_on_a_real_thread() -> None:
+    """A roll schedules Kafka's "flush-log" job; in a broker it runs on the log manager's flusher
+    thread, which under simulation would race the loop (the run no longer replays). The world
+    passes ServerRuntime.schedule_once, so every flush is a callback of the broker's incarnation:
+    no flusher thread starts, and a run with many rolls replays to the same trace hash. (Before:
+    three log-flusher threads started and the storage model had to take a lock.)"""
+    import threading
+
+    async def rolls(world: World) -> int:
+        admin = await world.admin()
+        await admin.create_topic(TOPIC, 1, 3)
+        producer = await world.producer(acks="all", enable_idempotence=True)
+        await produce(producer, 0, 40)
+        leader = world.leader_of(TOPIC, 0)
+        segments = len(world.replica_log(leader, TOPIC, 0).segments)
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("log-flusher")]
+        return segments
+
+    props = {"log.segment.bytes": "1000"}
+    first = simulate(rolls, seed=5, props=props)
+    assert first.result >= 3, f"only {first.result} segments: the test must roll"
+    assert simulate(rolls, seed=5, props=props).trace_hash == first.trace_hash
