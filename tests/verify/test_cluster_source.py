@@ -8,6 +8,7 @@ partition, nothing at or above the high watermark. Then the whole job runs in cl
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,13 @@ async def test_committed_source_reads_back_what_was_acknowledged(tmp_path: Path,
             assert sequences in ([-1] * len(sequences), list(range(len(sequences))))
 
         log_dirs = ",".join(str(tmp_path / "cluster" / f"broker-{b}" / "data") for b in (1, 2, 3))
+        # Each broker checkpoints its HWs every replica.high.watermark.checkpoint.interval.ms
+        # (5 s): a log dir without the file is an input the job cannot read in full (INCOMPLETE).
+        checkpoints = [Path(d) / "replication-offset-checkpoint" for d in log_dirs.split(",")]
+        deadline = time.monotonic() + 30
+        while not all(c.exists() and TOPIC in c.read_text() for c in checkpoints):
+            assert time.monotonic() < deadline, "no HW checkpoint of the topic within 30 s"
+            await asyncio.sleep(0.2)
         result = run_verification(report, bootstrap, log_dirs, spark=spark)
         assert result.ok, result.violations
         assert result.mode == "cluster" and not result.skipped
