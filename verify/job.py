@@ -11,11 +11,13 @@ halves), and ``R/events.jsonl`` (:mod:`ledger.format`), and
 * with ``log_dirs``: reads every replica's segments through ``floodmark_segments`` and the
   checkpoint files in the driver (:mod:`verify.replicas`). Without ``bootstrap`` the job runs
   offline: the committed log is what the most complete replica of each partition holds below
-  the highest HW any replica checkpointed (:func:`verify.checks.committed_from_replicas`): what a
-  consumer would read if that replica led. A checkpointed HW can lag the HW the cluster had (it
-  is written periodically), so offline, acknowledged writes between the two count as lost with
-  the reason "offset at or above the high watermark": verify a live, healed cluster, or one
-  stopped cleanly, for an exact answer.
+  the offline HW (:func:`verify.checks.committed_from_replicas`): what a consumer would read if
+  that replica led. A checkpointed HW lags the HW the cluster had (it is written periodically),
+  and a broker that halted early never wrote one, so the offline HW is the highest checkpointed
+  one or, past it, the end of the stretch every replica read holds identically
+  (:mod:`verify.offline_hw`, with a note per partition); an acknowledged write above that, held by
+  some replicas only, still counts as lost ("offset at or above the high watermark"): verify a
+  live, healed cluster, or one stopped cleanly, for an exact answer.
 
 Then it runs the checks (:mod:`verify.check_runner`: :mod:`verify.checks`,
 :mod:`verify.ledger_checks`, :mod:`verify.producer_checks`, :mod:`verify.replica_checks`), writes
@@ -24,8 +26,8 @@ Then it runs the checks (:mod:`verify.check_runner`: :mod:`verify.checks`,
 nothing: an input it could not read in full (no ledger or nothing acknowledged, an unclosed or
 damaged ledger, a missing HW checkpoint, an assigned broker's log dir not given) makes it
 INCOMPLETE unless ``allow`` names it (:mod:`verify.inputs`). Against a cluster, the
-assignment comes from the metadata; offline it is inferred from the log dirs. The replica checks (divergent, hw_above_leo,
-epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
+assignment comes from the metadata; offline it is inferred from the log dirs. The replica
+checks (divergent, hw_above_leo, epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
 INCOMPLETE (not ok), since a check that did not run proves nothing.
 
 The session: the caller's active one if there is one (used as is, left running, its cache
@@ -34,6 +36,10 @@ small-input Spark settings below 32 MiB of input (ledger + segments, about 100,0
 the throughput JVM with Spark's defaults above. Around that size the two took about as long
 here; far below it fast-start wins, far above throughput does (docs/benchmarks.md,
 "Verification cost").
+
+The steps, one function each: the session (:func:`_session`), the ledger
+(:func:`_read_ledger`), the high watermarks, replicas and committed log (:func:`_read_logs`),
+the input counts (:func:`_counts`), the checks, the timeline, the report (:func:`_report`).
 
 Topics checked: ``topics`` if given, else those in the ledger, else every topic in the log dirs
 whose name does not start with ``__`` (internal topics such as ``__consumer_offsets`` rewrite
@@ -47,17 +53,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
 
 from ledger.columnar import inspect as inspect_chunks
-from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, closed_totals, ledger_form, read_events
+from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
 from verify import checks, replica_checks, staging
-from verify.check_runner import Frames, coverage, run_checks
+from verify.check_runner import Found, Frames, coverage, run_checks
 from verify.inputs import LedgerFacts, SkippedInputs, checkpoint_inputs, ledger_inputs, log_dir_inputs
-from verify.ledger_frame import ledger_entries
+from verify.ledger_frame import acks_and_errors, ledger_entries, ledger_facts
+from verify.offline_hw import offline_high_watermarks
 from verify.progress import Timings
 from verify.replica_checks import Assignment, inferred_assignment
 from verify.replicas import Inventory, list_replicas, split_log_dirs
@@ -116,37 +124,10 @@ def run_verification(
     progress_dir = tempfile.mkdtemp(prefix="floodmark-verify-progress-")
     timings = Timings(say if progress else None, progress_dir)
     small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()  # inside a test or a notebook: use theirs, leave it running
-    owned = spark is None
-    jvm = "the caller's session"
-    if owned:
-        say(f"starting Spark ({master})")
-        with timings.measure("spark_start"):
-            if fast_start is None:
-                # the fast-start JVM wins below the line, the throughput JVM above it
-                # (docs/benchmarks.md "Verification cost")
-                fast_start = small_input
-            jvm = "fast-start" if fast_start else "throughput"
-            say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")
-            if fast_start:
-                spark = build_session(
-                    master,
-                    fast_start=True,
-                    shuffle_partitions=SMALL_INPUT_SHUFFLE_PARTITIONS,
-                    extra_conf=SMALL_INPUT_CONF,
-                )
-            else:
-                spark = build_session(master)
-    else:
-        from verify.sources import register
-
-        register(spark)
+    spark, owned, jvm = _session(spark, master, fast_start, small_input, say, timings)
     timings.spark = spark
     try:
-        return _run(
+        run = _Run(
             spark,
             report_dir,
             bootstrap,
@@ -159,8 +140,9 @@ def run_verification(
             timings,
             jvm,
             small_input,
-            frozenset(allow),
         )
+        run.skipped_inputs = SkippedInputs(frozenset(allow))
+        return _run(run)
     finally:
         shutil.rmtree(progress_dir, ignore_errors=True)
         staging.remove(report_dir / STAGE_DIR)
@@ -168,6 +150,39 @@ def run_verification(
             spark.stop()
         else:
             spark.catalog.clearCache()  # leave a borrowed session as we found it
+
+
+def _session(
+    spark: Any, master: str, fast_start: bool | None, small_input: bool, say: Progress, timings: Timings
+) -> tuple[Any, bool, str]:
+    """(session, whether the job owns it, which JVM): the caller's active one if any, else one
+    built here (see the module docstring)."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()  # inside a test or a notebook: use theirs, leave it running
+    if spark is not None:
+        from verify.sources import register
+
+        register(spark)
+        return spark, False, "the caller's session"
+    say(f"starting Spark ({master})")
+    with timings.measure("spark_start"):
+        if fast_start is None:
+            # the fast-start JVM wins below the line, the throughput JVM above it
+            # (docs/benchmarks.md "Verification cost")
+            fast_start = small_input
+        say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")
+        if fast_start:
+            spark = build_session(
+                master,
+                fast_start=True,
+                shuffle_partitions=SMALL_INPUT_SHUFFLE_PARTITIONS,
+                extra_conf=SMALL_INPUT_CONF,
+            )
+        else:
+            spark = build_session(master)
+    return spark, True, "fast-start" if fast_start else "throughput"
 
 
 def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
@@ -184,123 +199,185 @@ def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
     return total
 
 
-def _run(
-    spark: Any,
-    report_dir: Path,
-    bootstrap: str | None,
-    log_dirs: list[str],
-    topics_arg: Sequence[str] | None,
-    say: Progress,
-    row_cap: int,
-    plot: bool,
-    timeout_s: float,
-    timings: Timings,
-    jvm: str,
-    small_input: bool,
-    allow: frozenset[str],
-) -> Result:
-    started = time.perf_counter()
-    notes: list[str] = []
-    skipped_inputs = SkippedInputs(allow)
-    stage_dir = report_dir / STAGE_DIR  # the staged replicas and committed log (run_verification removes it)
+@dataclass
+class _Run:
+    """One run of the job: its settings, and what its steps hand each other."""
 
-    def keep(df: Any) -> Any:  # inputs read more than once; run_verification drops them at the end
+    spark: Any
+    report_dir: Path
+    bootstrap: str | None
+    log_dirs: list[str]
+    topics_arg: Sequence[str] | None
+    say: Progress
+    row_cap: int
+    plot: bool
+    timeout_s: float
+    timings: Timings
+    jvm: str
+    small_input: bool
+    started: float = field(default_factory=time.perf_counter)
+    notes: list[str] = field(default_factory=list)
+    skipped_inputs: SkippedInputs = field(default_factory=lambda: SkippedInputs(frozenset()))
+    # set by the steps
+    topics: list[str] = field(default_factory=list)
+    inventory: Inventory = field(default_factory=Inventory)
+    ledger: LedgerFacts | None = None
+    mode: str = ""
+
+    @property
+    def stage_dir(self) -> Path:
+        """The staged replicas and committed log (run_verification removes it)."""
+        return self.report_dir / STAGE_DIR
+
+    @property
+    def facts_dir(self) -> Path:
+        return self.stage_dir / "facts"
+
+    def keep(self, df: Any) -> Any:
+        """Persist an input read more than once (run_verification drops them at the end)."""
         from pyspark import StorageLevel
 
         return df.persist(StorageLevel.MEMORY_AND_DISK)
 
-    say(f"reading the ledger in {report_dir}")
-    entries = ledger_entries(spark, report_dir, notes, keep)
-    with timings.measure("ledger"):
-        bad = F.col("offset").isNull() | F.col("partition").isNull()
-        stats = entries.groupBy("kind", "topic", bad.alias("bad")).count().collect()
-    topics, inventory = _topics(stats, topics_arg, log_dirs)
-    notes.extend(inventory.notes)
-    if log_dirs:
-        say(
-            f"found {len(inventory.replicas)} replica(s) of {len(topics)} topic(s) in {len(log_dirs)} log dir(s)"
-        )
-    acks, errors = _acks_and_errors(entries, topics)
-    ledger = _ledger_facts(report_dir, stats, topics)
-    ledger_inputs(skipped_inputs, ledger)
-    checkpoint_inputs(skipped_inputs, inventory.missing_hw_checkpoints)
 
-    mode, offsets, hw_map, assigned = _high_watermarks(
-        bootstrap, topics, inventory, notes, timeout_s, say, timings
+def _run(run: _Run) -> Result:
+    acks, errors = _read_ledger(run)
+    frames = _read_logs(run, acks, errors)
+    counts, errors_by_name = _counts(run, frames, errors)
+    found = run_checks(
+        frames, run.keep, run.row_cap, run.small_input, run.say, lambda name: run.timings.measure(name)
     )
-    hws = spark.createDataFrame(
-        [(t, p, hw) for (t, p), hw in sorted(hw_map.items())],
-        "topic string, partition int, high_watermark bigint",
-    )
-    frames = Frames(acks=acks, errors=errors, committed=None, hws=hws, hw_map=hw_map)
-    facts_dir = stage_dir / "facts"
-    if log_dirs:
-        _read_replicas(spark, frames, inventory, topics, log_dirs, stage_dir, facts_dir, timings, keep, say)
-        frames.brokers_read = set(inventory.brokers)
-        if assigned is not None:
-            frames.assignment = Assignment("metadata", assigned)
-            log_dir_inputs(skipped_inputs, {b for rs in assigned.values() for b in rs}, inventory.brokers)
-        else:
-            frames.assignment = inferred_assignment(frames.extent_rows)
-    frames.committed = _committed(
-        spark, frames, bootstrap, topics, offsets, timeout_s, stage_dir, facts_dir, timings, say
-    )
-    if mode == "log-dirs":
-        notes.append(
-            "offline: the committed log is the most complete replica of each partition below the highest "
-            "checkpointed HW, not necessarily what the last leader held (replica_incomplete compares every "
-            "replica with it)"
-        )
-
-    counts: dict[str, int] = {}
-    with timings.measure("committed"):
-        counts["committed"] = frames.committed.count()
-    counts["acknowledged"] = ledger.verified_acks
-    errors_by_name = {row["error"]: int(row["count"]) for row in errors.groupBy("error").count().collect()}
-    counts["errors"] = sum(errors_by_name.values())
-    counts["malformed_ledger_lines"] = ledger.malformed
-    frames.facts = read_facts(facts_dir)
-    notes.extend(replica_checks.torn_tail_notes(frames.facts))
-    if frames.replica_rows is not None:
-        frames.epoch_checkpoints = replica_checks.epoch_checkpoints(spark, inventory.replicas)
-
-    found = run_checks(frames, keep, row_cap, small_input, say, lambda name: timings.measure(name))
     counts.update(found.counts)
     for name, seconds in found.timings.items():
-        timings[name] = seconds
+        run.timings[name] = seconds
+    events = _timeline(run.report_dir, acks, errors, run.plot, run.notes, run.say, run.timings)
+    return _report(run, frames, found, counts, errors_by_name, len(events))
 
-    events = _timeline(report_dir, acks, errors, plot, notes, say, timings)
 
-    timings["total"] = round(time.perf_counter() - started + timings.get("spark_start", 0.0), 3)
+def _read_ledger(run: _Run) -> tuple[Any, Any]:
+    """The ledger's acks and errors of the verified topics; sets the run's topics, inventory
+    and ledger facts, and names what the ledger and the checkpoints could not give in full."""
+    run.say(f"reading the ledger in {run.report_dir}")
+    entries = ledger_entries(run.spark, run.report_dir, run.notes, run.keep)
+    with run.timings.measure("ledger"):
+        bad = F.col("offset").isNull() | F.col("partition").isNull()
+        stats = entries.groupBy("kind", "topic", bad.alias("bad")).count().collect()
+    run.topics, run.inventory = _topics(stats, run.topics_arg, run.log_dirs)
+    run.notes.extend(run.inventory.notes)
+    if run.log_dirs:
+        run.say(
+            f"found {len(run.inventory.replicas)} replica(s) of {len(run.topics)} topic(s) "
+            f"in {len(run.log_dirs)} log dir(s)"
+        )
+    acks, errors = acks_and_errors(entries, run.topics)
+    run.ledger = ledger_facts(run.report_dir, stats, run.topics)
+    ledger_inputs(run.skipped_inputs, run.ledger)
+    checkpoint_inputs(run.skipped_inputs, run.inventory.missing_hw_checkpoints)
+    return acks, errors
+
+
+def _read_logs(run: _Run, acks: Any, errors: Any) -> Frames:
+    """The high watermarks, the replicas (with log dirs) and the committed log, as the checks read them."""
+    offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    assigned = None
+    if run.bootstrap:
+        run.mode = "cluster"
+        offsets, assigned = _cluster_layout(run)
+        hw_map = {key: hw for key, (_, hw) in offsets.items()}
+    else:
+        run.mode, hw_map = "log-dirs", {}
+    frames = Frames(acks=acks, errors=errors, committed=None, hws=None, hw_map=hw_map)
+    if run.log_dirs:
+        _read_replicas(run, frames)
+        frames.brokers_read = set(run.inventory.brokers)
+        if assigned is not None:
+            frames.assignment = Assignment("metadata", assigned)
+            log_dir_inputs(
+                run.skipped_inputs, {b for rs in assigned.values() for b in rs}, run.inventory.brokers
+            )
+        else:
+            frames.assignment = inferred_assignment(frames.extent_rows)
+    if not run.bootstrap:  # offline: the HW checkpoints, or further where every replica agrees
+        frames.hw_map = offline_high_watermarks(
+            run.spark,
+            run.inventory.max_checkpointed_hw(),
+            frames.replica_rows,
+            frames.extents,
+            frames.extent_rows,
+            acks,
+            run.notes,
+        )
+    frames.hws = run.spark.createDataFrame(
+        [(t, p, hw) for (t, p), hw in sorted(frames.hw_map.items())],
+        "topic string, partition int, high_watermark bigint",
+    )
+    frames.committed = _committed(run, frames, offsets)
+    if run.mode == "log-dirs":
+        run.notes.append(
+            "offline: the committed log is the most complete replica of each partition below the highest "
+            "checkpointed HW (or further, where every replica holds the same records), not necessarily what "
+            "the last leader held (replica_incomplete compares every replica with it)"
+        )
+    return frames
+
+
+def _counts(run: _Run, frames: Frames, errors: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """The input counts, and the facts the readers saw beside the rows (torn tails, epoch
+    checkpoints), before the checks run."""
+    assert run.ledger is not None
+    counts: dict[str, int] = {}
+    with run.timings.measure("committed"):
+        counts["committed"] = frames.committed.count()
+    counts["acknowledged"] = run.ledger.verified_acks
+    errors_by_name = {row["error"]: int(row["count"]) for row in errors.groupBy("error").count().collect()}
+    counts["errors"] = sum(errors_by_name.values())
+    counts["malformed_ledger_lines"] = run.ledger.malformed
+    frames.facts = read_facts(run.facts_dir)
+    run.notes.extend(replica_checks.torn_tail_notes(frames.facts))
+    if frames.replica_rows is not None:
+        frames.epoch_checkpoints = replica_checks.epoch_checkpoints(run.spark, run.inventory.replicas)
+    return counts, errors_by_name
+
+
+def _report(
+    run: _Run,
+    frames: Frames,
+    found: Found,
+    counts: dict[str, int],
+    errors_by_name: dict[str, int],
+    events: int,
+) -> Result:
+    timings = run.timings
+    timings["total"] = round(time.perf_counter() - run.started + timings.get("spark_start", 0.0), 3)
     if slowest := timings.slowest():
-        say(f"slowest phase: {slowest[0]} ({slowest[1]:.1f} s of {timings['total']:.1f} s)")
+        run.say(f"slowest phase: {slowest[0]} ({slowest[1]:.1f} s of {timings['total']:.1f} s)")
     result = Result(  # ok only when every check ran over every input and found nothing (verify.report)
-        mode=mode,
-        report_dir=report_dir,
+        mode=run.mode,
+        report_dir=run.report_dir,
         counts=counts,
         violations=found.violations,
         truncated=found.truncated,
         skipped=found.skipped,
-        notes=notes,
+        notes=run.notes,
         timings_s=dict(timings),
-        high_watermarks={offsets_key(t, p): hw for (t, p), hw in sorted(hw_map.items())},
+        high_watermarks={offsets_key(t, p): hw for (t, p), hw in sorted(frames.hw_map.items())},
         replicas=frames.extent_rows,
         errors_by_name=errors_by_name,
         inputs={
-            "bootstrap": bootstrap,
-            "log_dirs": log_dirs,
-            "topics": topics,
-            "events": len(events),
-            "jvm": jvm,
+            "bootstrap": run.bootstrap,
+            "log_dirs": run.log_dirs,
+            "topics": run.topics,
+            "events": events,
+            "jvm": run.jvm,
         },
-        skipped_inputs=skipped_inputs.skipped,
-        allowed_inputs=skipped_inputs.allowed,
-        coverage=coverage(frames, counts, mode),
+        skipped_inputs=run.skipped_inputs.skipped,
+        allowed_inputs=run.skipped_inputs.allowed,
+        coverage=coverage(frames, counts, run.mode),
         unacknowledged=found.unacknowledged,
     )
     write_report(result)
     write_summary(result)
-    say(f"verification {verdict_line(result)}; report in {result.report_path}")
+    run.say(f"verification {verdict_line(result)}; report in {result.report_path}")
     return result
 
 
@@ -315,33 +392,6 @@ def _timeline(
     if not (report_dir / EVENTS_FILE).exists():
         notes.append(f"no {EVENTS_FILE}: no faults or leader changes on the timeline")
     return events
-
-
-def _acks_and_errors(entries: Any, topics: list[str]) -> tuple[Any, Any]:
-    """The verified topics' usable acks (an ack without partition or offset is counted as a
-    skipped input instead) and errors."""
-    verified = F.col("topic").isin(topics)
-    usable = F.col("offset").isNotNull() & F.col("partition").isNotNull()
-    acks = entries.where((F.col("kind") == "ack") & verified & usable).select(*ACK_COLUMNS)
-    errors = entries.where((F.col("kind") == "error") & verified).select(
-        "topic", "partition", "error", "time_ms", "digest_hi", "digest_lo"
-    )
-    return acks, errors
-
-
-ACK_COLUMNS = (
-    "topic",
-    "partition",
-    "offset",
-    "key",
-    "value_digest",
-    "digest_hi",
-    "digest_lo",
-    "producer_id",
-    "sequence",
-    "time_ms",
-    "latency_ms",
-)
 
 
 def _topics(
@@ -363,73 +413,19 @@ def _topics(
     return topics, list_replicas(log_dirs, set(topics)) if log_dirs else Inventory()
 
 
-def _ledger_facts(report_dir: Path, stats: list[Any], topics: list[str]) -> LedgerFacts:
-    def total(kind: str, **where: Any) -> int:
-        return sum(
-            int(row["count"])
-            for row in stats
-            if row["kind"] == kind and all(row[k] == v for k, v in where.items())
-        )
+def _cluster_layout(
+    run: _Run,
+) -> tuple[dict[tuple[str, int], tuple[int, int]], dict[tuple[str, int], list[int]]]:
+    """(log start and HW per partition, the metadata's assignment), from the cluster."""
+    from verify.fetch import partition_layout, run_sync
 
-    return LedgerFacts(
-        form=ledger_form(report_dir),
-        closed=closed_totals(report_dir),
-        acks=total("ack"),
-        errors=total("error"),
-        verified_acks=sum(
-            int(row["count"])
-            for row in stats
-            if row["kind"] == "ack" and row["topic"] in topics and not row["bad"]
-        ),
-        malformed=total("malformed"),
-        unusable_acks=total("ack", bad=True)
-        + sum(int(r["count"]) for r in stats if r["kind"] == "ack" and not r["topic"] and not r["bad"]),
-    )
+    run.say(f"reading the high watermarks and the assignment of {','.join(run.topics)} from {run.bootstrap}")
+    with run.timings.measure("high_watermarks"):
+        return run_sync(partition_layout(run.bootstrap, run.topics, int(run.timeout_s * 1000)))
 
 
-def _high_watermarks(
-    bootstrap: str | None,
-    topics: list[str],
-    inventory: Inventory,
-    notes: list[str],
-    timeout_s: float,
-    say: Progress,
-    timings: Timings,
-) -> tuple[
-    str,
-    dict[tuple[str, int], tuple[int, int]],
-    dict[tuple[str, int], int],
-    dict[tuple[str, int], list[int]] | None,
-]:
-    """(mode, offsets, HW per partition, the metadata's assignment or None offline)."""
-    if bootstrap:
-        from verify.fetch import partition_layout, run_sync
-
-        say(f"reading the high watermarks and the assignment of {','.join(topics)} from {bootstrap}")
-        with timings.measure("high_watermarks"):
-            offsets, assigned = run_sync(partition_layout(bootstrap, topics, int(timeout_s * 1000)))
-        return "cluster", offsets, {key: hw for key, (_, hw) in offsets.items()}, assigned
-    hw_map = inventory.max_checkpointed_hw()
-    for r in inventory.replicas:
-        if (r.topic, r.partition) not in hw_map:
-            notes.append(f"no replica of {r.topic}-{r.partition} checkpointed an HW: treated as 0")
-            hw_map[(r.topic, r.partition)] = 0
-    return "log-dirs", {}, hw_map, None
-
-
-def _read_replicas(
-    spark: Any,
-    frames: Frames,
-    inventory: Inventory,
-    topics: list[str],
-    log_dirs: list[str],
-    stage_dir: Path,
-    facts_dir: Path,
-    timings: Timings,
-    keep: Callable[[Any], Any],
-    say: Progress,
-) -> None:
-    replicas_df = spark.createDataFrame(
+def _read_replicas(run: _Run, frames: Frames) -> None:
+    replicas_df = run.spark.createDataFrame(
         [
             (
                 r.broker,
@@ -440,51 +436,46 @@ def _read_replicas(
                 r.checkpointed_hw,
                 r.checkpointed_log_start,
             )
-            for r in inventory.replicas
+            for r in run.inventory.replicas
         ],
         "broker int, topic string, partition int, first_segment_base bigint, last_segment_base bigint, "
         "checkpointed_hw bigint, checkpointed_log_start bigint",
     )
-    say("reading every replica's segment files")
-    with timings.measure("read_segments"):
+    run.say("reading every replica's segment files")
+    with run.timings.measure("read_segments"):
         # The narrow rows (digests as two longs), decoded once into Parquet that every check then
         # scans (verify/staging.py); what the readers saw beside the rows goes to facts_dir.
         reader = SegmentsReader(
-            list(log_dirs), topics, NARROW_SEGMENTS_DDL, str(timings.progress_dir), str(facts_dir)
+            list(run.log_dirs),
+            run.topics,
+            NARROW_SEGMENTS_DDL,
+            str(run.timings.progress_dir),
+            str(run.facts_dir),
         )
-        frames.replica_rows = staging.stage(spark, reader, NARROW_SEGMENTS_DDL, stage_dir / "replicas")
-        frames.extents = keep(checks.replica_extents(frames.replica_rows, replicas_df))
+        frames.replica_rows = staging.stage(
+            run.spark, reader, NARROW_SEGMENTS_DDL, run.stage_dir / "replicas"
+        )
+        frames.extents = run.keep(checks.replica_extents(frames.replica_rows, replicas_df))
         frames.extent_rows = [
             row.asDict() for row in frames.extents.orderBy("topic", "partition", "broker").collect()
         ]
 
 
-def _committed(
-    spark: Any,
-    frames: Frames,
-    bootstrap: str | None,
-    topics: list[str],
-    offsets: dict[tuple[str, int], tuple[int, int]],
-    timeout_s: float,
-    stage_dir: Path,
-    facts_dir: Path,
-    timings: Timings,
-    say: Progress,
-) -> Any:
-    if not bootstrap:
-        say(
-            "taking the committed log from the most complete replica of each partition, below the checkpointed HW"
+def _committed(run: _Run, frames: Frames, offsets: dict[tuple[str, int], tuple[int, int]]) -> Any:
+    if not run.bootstrap:
+        run.say(
+            "taking the committed log from the most complete replica of each partition, below the offline HW"
         )
         return checks.committed_from_replicas(frames.replica_rows, frames.extents, frames.hws)
-    say(f"reading the committed log of {','.join(topics)} from the cluster")
-    with timings.measure("read_committed"):
+    run.say(f"reading the committed log of {','.join(run.topics)} from the cluster")
+    with run.timings.measure("read_committed"):
         reader = CommittedReader(
-            bootstrap,
-            topics,
+            run.bootstrap,
+            run.topics,
             {offsets_key(t, p): list(v) for (t, p), v in offsets.items()},
-            timeout_s,
+            run.timeout_s,
             NARROW_COMMITTED_DDL,
-            str(timings.progress_dir),
-            str(facts_dir),
+            str(run.timings.progress_dir),
+            str(run.facts_dir),
         )
-        return staging.stage(spark, reader, NARROW_COMMITTED_DDL, stage_dir / "committed")
+        return staging.stage(run.spark, reader, NARROW_COMMITTED_DDL, run.stage_dir / "committed")

@@ -9,6 +9,9 @@ dir's ledger has (:func:`ledger.format.ledger_form`), so every check reads it th
 * ``R/ledger.jsonl`` (:mod:`ledger.jsonl`): Spark's JSON reader in PERMISSIVE mode, a
   malformed line kept as kind ``malformed`` (counted by the job), the hex digest split into
   halves (:func:`verify.checks.digest_halves`), all parsed once into the cache.
+
+Then :func:`acks_and_errors` splits the entries into the verified topics' acks and errors, and
+:func:`ledger_facts` sums up the ledger as a whole for :mod:`verify.inputs`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from ledger.columnar import LEDGER_COLUMNAR_DDL
 from ledger.columnar import inspect as inspect_chunks
-from ledger.format import LEDGER_DDL, LEDGER_DIR, LEDGER_FILE, ledger_form
+from ledger.format import LEDGER_DDL, LEDGER_DIR, LEDGER_FILE, closed_totals, ledger_form
 from verify import checks
+from verify.inputs import LedgerFacts
 
 CORRUPT = "_corrupt_record"
 #: The ledger's entries as the checks read them, whichever the ledger's form.
@@ -98,3 +104,57 @@ def _columnar_entries(spark: Any, directory: Path, notes: list[str]) -> Any:
     # Not cached: a scan of the chunks' columns costs less than building Spark's in-memory cache
     # from them (docs/design.md "Staged inputs"), and every check reads only the columns it needs.
     return ledger.select(*(checks.digest_hex().alias(c) if c == "value_digest" else c for c in ENTRY_COLUMNS))
+
+
+def acks_and_errors(entries: Any, topics: list[str]) -> tuple[Any, Any]:
+    """The verified topics' usable acks (an ack without partition or offset is counted as a
+    skipped input instead) and errors."""
+    verified = F.col("topic").isin(topics)
+    usable = F.col("offset").isNotNull() & F.col("partition").isNotNull()
+    acks = entries.where((F.col("kind") == "ack") & verified & usable).select(*ACK_COLUMNS)
+    errors = entries.where((F.col("kind") == "error") & verified).select(
+        "topic", "partition", "error", "time_ms", "digest_hi", "digest_lo"
+    )
+    return acks, errors
+
+
+ACK_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value_digest",
+    "digest_hi",
+    "digest_lo",
+    "producer_id",
+    "sequence",
+    "time_ms",
+    "latency_ms",
+)
+
+
+def ledger_facts(report_dir: Path, stats: list[Any], topics: list[str]) -> LedgerFacts:
+    """What the job needs to know of the ledger as a whole (:mod:`verify.inputs`), from the
+    per (kind, topic, unusable) counts of its entries."""
+
+    def total(kind: str, **where: Any) -> int:
+        return sum(
+            int(row["count"])
+            for row in stats
+            if row["kind"] == kind and all(row[k] == v for k, v in where.items())
+        )
+
+    return LedgerFacts(
+        form=ledger_form(report_dir),
+        closed=closed_totals(report_dir),
+        acks=total("ack"),
+        errors=total("error"),
+        verified_acks=sum(
+            int(row["count"])
+            for row in stats
+            if row["kind"] == "ack" and row["topic"] in topics and not row["bad"]
+        ),
+        malformed=total("malformed"),
+        unusable_acks=total("ack", bad=True)
+        + sum(int(r["count"]) for r in stats if r["kind"] == "ack" and not r["topic"] and not r["bad"]),
+    )

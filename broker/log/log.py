@@ -21,8 +21,10 @@ truncation and retention; ``flush`` does its fsyncs outside that lock.
 Durability (docs/design.md "Durability: flush and fsync rules"): a roll schedules Kafka's
 "flush-log" job (``schedule_once``; the log manager runs it on its flusher thread, off the
 append path), which fsyncs the rolled segments and the new segment's producer snapshot before
-the recovery point passes them. A truncation is fsynced before it returns (Kafka's is not) and
-the log manager checkpoints the lowered recovery point at once (Kafka's LogManager.truncateTo).
+the recovery point passes them; one that meets EMFILE leaves the recovery point where it was,
+and the log manager's periodic flush does the job again. A truncation is fsynced before it
+returns (Kafka's is not) and the log manager checkpoints the lowered recovery point at once
+(Kafka's LogManager.truncateTo).
 
 I/O errors (KIP-112, docs/design.md "Log dir failure", docs/guarantees.md "Disk faults"): any
 OSError while appending, reading, rolling, truncating, flushing or writing a snapshot or the epoch
@@ -46,7 +48,7 @@ from broker.log import retention
 from broker.log.checkpoint import fsync_dir, fsync_file
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_config import MAX_LONG, LogConfig
-from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
+from broker.log.log_dir_failure import KafkaResourceError, KafkaStorageError, LogDirFailureChannel
 from broker.log.log_loader import assign_epoch_from_batch, load_log
 from broker.log.log_truncation import LogTruncation
 from broker.log.log_validator import LogAppendInfo, assign_offsets, check_follower_offsets, validate_records
@@ -261,16 +263,19 @@ class Log(LogTruncation):
 
     def _roll(self, base_offset: int, reason: str) -> LogSegment:
         active = self._segments[-1]
-        if active.is_empty:
-            if active.base_offset == base_offset:
-                return active
-            active.delete()
+        replaced = active.is_empty  # an empty active segment is replaced, not kept before the new one
+        if replaced and active.base_offset == base_offset:
+            return active
+        # The new segment first: EMFILE creating it leaves the log as it was, never segmentless.
+        segment = LogSegment.create(self.dir, base_offset, **self.config.segment_kwargs(self._time_ms))
+        if replaced:
             self._segments.pop()
             self._bases.pop()
-        segment = LogSegment.create(self.dir, base_offset, **self.config.segment_kwargs(self._time_ms))
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
+        if replaced:
+            active.delete()  # a crash before this leaves an empty non-last segment: recovery ends the log there
         # No batch lies in [LEO, base_offset): the state is the state as of the new segment's base.
         write_snapshot(self.dir, self.producer_state, base_offset)
         log.info("%s: rolled a new segment at offset %d (%s)", self.dir, base_offset, reason)
@@ -280,15 +285,25 @@ class Log(LogTruncation):
         return segment
 
     def _flush_rolled(self, base_offset: int) -> None:
-        """The roll's "flush-log" job: fsync the new segment's producer snapshot and every
-        segment below it, then move the recovery point there (:meth:`flush`)."""
+        """The roll's "flush-log" job (:meth:`flush_rolled`); it never raises, since it runs
+        inside the append (a log opened on its own) or on the flusher thread."""
         try:
-            with self._io("flushing a rolled segment"):
-                if not self._closed:
-                    fsync_file(snapshot_path(self.dir, base_offset))
-            self.flush(base_offset)
+            self.flush_rolled(base_offset)
         except KafkaStorageError as e:  # the dir went offline (the channel has it) or the log closed
             log.info("%s: no flush after the roll at %d: %s", self.dir, base_offset, e)
+        except KafkaResourceError as e:  # EMFILE: the recovery point stays; the flush scheduler retries
+            log.warning(
+                "%s: no flush after the roll at %d, left to the next flush: %s", self.dir, base_offset, e
+            )
+
+    def flush_rolled(self, base_offset: int) -> None:
+        """fsync the producer snapshot at ``base_offset`` (a roll's) and every segment below it,
+        then move the recovery point there (:meth:`flush`). The roll's job, and the log
+        manager's periodic catch-up for one that failed."""
+        with self._io("flushing a rolled segment"):
+            if not self._closed:
+                fsync_file(snapshot_path(self.dir, base_offset))
+        self.flush(base_offset)
 
     def roll(self) -> None:
         """Start a new active segment at the LEO (nothing happens when the active one is empty)."""

@@ -24,6 +24,9 @@ producer state) for :meth:`broker.log.log.Log.open` to adopt. In order:
 * a log that ends below the log start offset is emptied, an empty directory gets an empty segment
   at the log start offset, and the epoch cache is cut to the surviving offsets;
 * the producer state is rebuilt from the snapshots (:mod:`broker.log.producer_snapshots`).
+
+A load that fails part way (an I/O error, or EMFILE: out of file descriptors, which leaves the
+dir online and the load to be retried) closes every segment it opened before it raises.
 """
 
 from __future__ import annotations
@@ -168,6 +171,24 @@ def recover_segments(
     return recovered
 
 
+def open_segments(dir: Path, bases: list[int], segment_kwargs: dict) -> list[LogSegment]:
+    """Open the segment at each of ``bases``; when one fails to open (EMFILE: out of file
+    descriptors), close those already opened before raising, or their descriptors leak."""
+    segments: list[LogSegment] = []
+    try:
+        for base in bases:
+            segments.append(LogSegment(dir, base, **segment_kwargs))
+    except BaseException:
+        close_segments(segments)
+        raise
+    return segments
+
+
+def close_segments(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.close()
+
+
 def load_log(
     dir: Path,
     config: LogConfig,
@@ -176,23 +197,44 @@ def load_log(
     log_start_offset: int,
     clean_shutdown: bool,
 ) -> LoadedLog:
-    """Load the segments of ``dir``, recovering what an unclean shutdown may have left torn."""
+    """Load the segments of ``dir``, recovering what an unclean shutdown may have left torn. A
+    load that fails part way (an I/O error, EMFILE) closes every segment it opened."""
     segment_kwargs = config.segment_kwargs(time_ms)
     bases = remove_stray_files(dir)
     cache, cache_ok = open_epoch_cache(dir)
     if not cache_ok:
         recovery_point, clean_shutdown = 0, False
+    first_unflushed = len(bases)
+    if not clean_shutdown:
+        first_unflushed = next(
+            (i for i in range(len(bases)) if i + 1 == len(bases) or bases[i + 1] > recovery_point),
+            len(bases),
+        )
+    segments = open_segments(dir, bases, segment_kwargs)
+    try:
+        return _load_segments(
+            dir, config, time_ms, segments, first_unflushed, cache, log_start_offset, clean_shutdown
+        )
+    except BaseException:
+        close_segments(segments)  # every segment still open, the empty one a load creates included
+        raise
+
+
+def _load_segments(
+    dir: Path,
+    config: LogConfig,
+    time_ms: Callable[[], int],
+    segments: list[LogSegment],
+    first_unflushed: int,
+    cache: LeaderEpochFileCache,
+    log_start_offset: int,
+    clean_shutdown: bool,
+) -> LoadedLog:
+    """The rest of :func:`load_log`, on the opened ``segments`` (updated in place)."""
 
     def assign_epoch(header: BatchHeader) -> None:
         assign_epoch_from_batch(cache, header)
 
-    segments = [LogSegment(dir, base, **segment_kwargs) for base in bases]
-    first_unflushed = len(segments)
-    if not clean_shutdown:
-        first_unflushed = next(
-            (i for i in range(len(segments)) if i + 1 == len(segments) or bases[i + 1] > recovery_point),
-            len(segments),
-        )
     recovered = recover_segments(dir, segments, first_unflushed, assign_epoch)
     if segments and segments[-1].next_offset < log_start_offset:
         log.warning(
@@ -203,10 +245,11 @@ def load_log(
         )
         for segment in segments:
             segment.delete()
-        segments, recovered = [], []
+        segments.clear()
+        recovered = []
     dir_dirty = False
     if not segments:
-        segments = [LogSegment.create(dir, log_start_offset, **segment_kwargs)]
+        segments.append(LogSegment.create(dir, log_start_offset, **config.segment_kwargs(time_ms)))
         dir_dirty = True
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -228,4 +271,4 @@ def load_log(
         len(producer_state),
         "" if clean_shutdown else f", recovered {len(recovered)} segment(s)",
     )
-    return LoadedLog(segments, log_start_offset, cache, producer_state, dir_dirty or deleted)
+    return LoadedLog(list(segments), log_start_offset, cache, producer_state, dir_dirty or deleted)

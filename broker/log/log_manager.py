@@ -323,7 +323,7 @@ class LogManager:
                 if now - lg.last_flush_ms >= lg.config.flush_interval_ms:
                     lg.flush()
                 elif lg.recovery_point < lg.active_segment.base_offset:
-                    lg.flush(lg.active_segment.base_offset)
+                    lg.flush_rolled(lg.active_segment.base_offset)
             except Exception:
                 log.exception("flushing %s failed", lg.dir)
 
