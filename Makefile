@@ -65,6 +65,14 @@ demo: setup
 bench: setup
 	$(PY) bench/run_all.py
 
+# A long sweep of the deterministic simulator (docs/operations.md "Simulation"): SIM_SEEDS
+# schedules of SIM_STEPS steps on every core; a failure prints the command that replays it.
+SIM_SEEDS ?= 0..4999
+SIM_STEPS ?= 200
+.PHONY: simulate
+simulate: $(STAMP)
+	$(VENV)/bin/floodmark simulate --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --jobs $$(nproc)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cli import chaos, cluster, configs, consume, demo, ledger, perf, produce, topics, verify
+from cli import chaos, cluster, configs, consume, demo, ledger, perf, produce, simulate, topics, verify
 from cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -98,6 +98,7 @@ def build_cli() -> click.Group:
     cli.add_command(verify.verify)
     cli.add_command(ledger.ledger)
     cli.add_command(demo.demo)
+    cli.add_command(simulate.simulate)
     return cli
 
 

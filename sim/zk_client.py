@@ -109,7 +109,9 @@ class SimKazooClient:
         self._max_jitter = retry.max_jitter
         self._cur_delay = self._retry_delay
         self._dispatcher = Dispatcher(server)
-        self.state_listeners: set[Callable[[KazooState], Any]] = set()
+        # dicts, not sets (kazoo's): a set of callables iterates in id() order, which depends on
+        # the process's history and would make a seed's replay differ (insertion order is fixed)
+        self.state_listeners: dict[Callable[[KazooState], Any], None] = {}
         self._state = KeeperState.CLOSED
         self.state = KazooState.LOST
         self._live = False
@@ -120,8 +122,8 @@ class SimKazooClient:
         self._negotiated_timeout_ms: int | None = None
         self._queue: deque[Request] = deque()
         self._pending: deque[Request] = deque()
-        self._child_watchers: defaultdict[str, set] = defaultdict(set)
-        self._data_watchers: defaultdict[str, set] = defaultdict(set)
+        self._child_watchers: defaultdict[str, dict] = defaultdict(dict)
+        self._data_watchers: defaultdict[str, dict] = defaultdict(dict)
         self._reconnect: asyncio.TimerHandle | None = None
         self._connected_waiters: list[asyncio.Future] = []
         self._closed_waiter: asyncio.Future | None = None
@@ -144,10 +146,10 @@ class SimKazooClient:
         return self._negotiated_timeout_ms or self._requested_timeout_ms
 
     def add_listener(self, listener: Callable[[KazooState], Any]) -> None:
-        self.state_listeners.add(listener)
+        self.state_listeners[listener] = None
 
     def remove_listener(self, listener: Callable[[KazooState], Any]) -> None:
-        self.state_listeners.discard(listener)
+        self.state_listeners.pop(listener, None)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, timeout: float = 15.0) -> None:
@@ -331,7 +333,7 @@ class SimKazooClient:
         request.result.set(value)
         if request.watcher is not None and not self._stopped:
             table = self._child_watchers if request.kind == "get_children" else self._data_watchers
-            table[request.path].add(request.watcher)
+            table[request.path][request.watcher] = None
 
     def _on_watch(self, connection: Connection, event_type: EventType, path: str) -> None:
         if connection is not self.connection:

@@ -25,6 +25,7 @@ auth, read-only mode, TTL and container znodes, persistent watches, quotas, chro
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 from collections import deque
@@ -108,9 +109,15 @@ class Session:
 class _Channel:
     """One direction of a connection: FIFO, each message after a latency drawn per message."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, delay: Callable[[], float]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, delay: Callable[[], float], context: contextvars.Context
+    ) -> None:
         self._loop = loop
         self._delay = delay
+        #: whose callbacks the deliveries are (sim/broker_process.py): the receiving end's, never
+        #: the context of whoever happened to send first (a broker that dies or pauses would take
+        #: every later delivery of the channel with it)
+        self._context = context
         self._items: deque[tuple[float, Callable[[], None]]] = deque()
         self._last = 0.0
         self._handle: asyncio.TimerHandle | None = None
@@ -120,13 +127,13 @@ class _Channel:
         self._last = when
         self._items.append((when, message))
         if self._handle is None:
-            self._handle = self._loop.call_at(when, self._deliver)
+            self._handle = self._loop.call_at(when, self._deliver, context=self._context)
 
     def _deliver(self) -> None:
         self._handle = None
         _, message = self._items.popleft()
         if self._items:
-            self._handle = self._loop.call_at(self._items[0][0], self._deliver)
+            self._handle = self._loop.call_at(self._items[0][0], self._deliver, context=self._context)
         message()
 
     def clear(self) -> None:
@@ -267,7 +274,9 @@ class ZooKeeperServer:
 
     # -- connections and sessions ------------------------------------------------------------
     def open_connection(self, client: SimKazooClient) -> Connection:
-        return Connection(client, _Channel(self.loop, self._delay), _Channel(self.loop, self._delay))
+        # up: the server's (no process owns it); down: the client's, as it opens the connection
+        up = _Channel(self.loop, self._delay, contextvars.Context())
+        return Connection(client, up, _Channel(self.loop, self._delay, contextvars.copy_context()))
 
     def handshake(self, connection: Connection, session_id: int, passwd: bytes, timeout_ms: int) -> None:
         """ConnectRequest at the server: a new session (id 0), the same one resumed, or expired."""
@@ -299,7 +308,9 @@ class ZooKeeperServer:
         session.connection = None
         self.tree.remove_watches(session.id)
         if session.expiry is None:
-            session.expiry = self.loop.call_later(session.timeout_ms / 1000.0, self.expire, session.id)
+            session.expiry = self.loop.call_later(
+                session.timeout_ms / 1000.0, self.expire, session.id, context=contextvars.Context()
+            )
 
     def drop(self, connection: Connection) -> None:
         """Close a connection from the server side; the client sees the drop at once."""

@@ -1,0 +1,301 @@
+"""The seeded fault schedule of a simulated run (docs/design.md "Simulation"; the vocabulary of
+chaos/schedule.py, applied to the simulated world instead of processes and namespaces).
+
+Each step of a schedule may start one fault, drawn from the ``"faults"`` stream of the run's
+seed: its kind (among those enabled), its target and how long it lasts. Faults that fall due are
+healed at the start of a step, and :meth:`FaultInjector.heal_all` ends every fault before the
+liveness check. The kinds:
+
+* ``crash``: SIGKILL of a broker (sim/broker_process.py), restarted with log recovery at the heal;
+* ``pause``: SIGSTOP, then SIGCONT (its ZooKeeper session may expire meanwhile);
+* ``partition``: the broker cut off from the other brokers (and sometimes from the clients too),
+  its ZooKeeper session untouched: the zombie leader of Kafka's ZooKeeper era;
+* ``zk-disconnect``: the broker's ZooKeeper connection dropped (kazoo reconnects within the
+  session), or cut off for a while (kazoo's read timeout, then the session may expire);
+* ``zk-expire``: the broker's ZooKeeper session expired at the server now;
+* ``zk-lost-answer``: ZooKeeper connections dropped before or after requests are applied: either
+  one rule on one broker's session (the n-th request of a kind: ``create``, ``set``, ``multi``,
+  ``delete``, ``get``) or random rates for a while, for every session;
+* ``shutdown``: a controlled shutdown (sim/workload.py), started again at the heal.
+
+At most ``max_disturbed`` brokers are crashed, paused, partitioned or shut down at once (the
+ZooKeeper faults do not count), so a schedule is a cluster under stress, not a dead one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sim.workload import controlled_shutdown
+from sim.zookeeper import ZkFaultRates
+
+if TYPE_CHECKING:
+    from sim.world import World
+
+log = logging.getLogger(__name__)
+
+
+class FaultKind(enum.Enum):
+    CRASH = "crash"
+    PAUSE = "pause"
+    PARTITION = "partition"
+    ZK_DISCONNECT = "zk-disconnect"
+    ZK_EXPIRE = "zk-expire"
+    ZK_LOST_ANSWER = "zk-lost-answer"
+    SHUTDOWN = "shutdown"
+
+
+#: The kinds that take a broker out of the cluster for a while.
+DISTURBING = frozenset({FaultKind.CRASH, FaultKind.PAUSE, FaultKind.PARTITION, FaultKind.SHUTDOWN})
+ALL_KINDS = frozenset(FaultKind)
+ZK_REQUEST_KINDS = ("create", "set", "multi", "delete", "get")
+
+
+def parse_kinds(text: str) -> frozenset[FaultKind]:
+    """``all``, ``none`` or a comma-separated list of kinds (``crash,pause,zk-expire``)."""
+    text = text.strip().lower()
+    if text in ("all", ""):
+        return ALL_KINDS
+    if text == "none":
+        return frozenset()
+    kinds = set()
+    for name in (part.strip() for part in text.split(",")):
+        try:
+            kinds.add(FaultKind(name))
+        except ValueError:
+            known = ", ".join(k.value for k in FaultKind)
+            raise ValueError(f"unknown fault kind {name!r} (known: all, none, {known})") from None
+    return frozenset(kinds)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    kinds: frozenset[FaultKind] = ALL_KINDS
+    rate: float = 0.08  # probability per step that a fault starts
+    duration_s: tuple[float, float] = (0.2, 8.0)  # how long a fault lasts, drawn
+    max_disturbed: int = 1
+
+
+@dataclass
+class _Active:
+    kind: FaultKind
+    broker: int | None
+    until: float
+    heal: Callable[[], Awaitable[None] | None]
+    task: asyncio.Task | None = None  # what the fault started and the heal must wait for
+
+
+@dataclass
+class FaultInjector:
+    """Starts and heals the faults of one schedule, each drawn from the seed."""
+
+    world: World
+    plan: FaultPlan
+    note: Callable[[str], None]
+    rng: random.Random = field(init=False)
+    active: list[_Active] = field(default_factory=list)
+    started: int = 0
+    _restarts: list[asyncio.Task] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = self.world.loop.seeds.stream("faults")
+        self._kinds = sorted(self.plan.kinds, key=lambda k: k.value)
+
+    # -- one step ----------------------------------------------------------------------------------
+    async def step(self) -> bool:
+        """Heal the faults that fell due; maybe start one. True when a fault started or healed."""
+        now = self.world.loop.time()
+        # a fault whose own work is still going on (a controlled shutdown waiting for ZooKeeper
+        # behind another fault) is healed at a later step: awaiting it here could wait for ever
+        due = [f for f in self.active if f.until <= now and (f.task is None or f.task.done())]
+        for fault in due:
+            await self._heal(fault)
+        if not self._kinds or self.rng.random() >= self.plan.rate:
+            return bool(due)
+        kind = self.rng.choice(self._kinds)
+        low, high = self.plan.duration_s
+        until = now + self.rng.uniform(low, high)
+        return self._start(kind, until) or bool(due)
+
+    def _start(self, kind: FaultKind, until: float) -> bool:
+        running = [b for b in sorted(self.world.brokers) if self.world.brokers[b].running]
+        disturbed = {f.broker for f in self.active if f.kind in DISTURBING}
+        if kind in DISTURBING:
+            candidates = [b for b in running if b not in disturbed]
+            if len(disturbed) >= self.plan.max_disturbed or not candidates:
+                return False
+        else:
+            candidates = running
+        if not candidates:
+            return False
+        broker = self.rng.choice(candidates)
+        fault = getattr(self, f"_start_{kind.name.lower()}")(broker, until)
+        if fault is None:
+            return False
+        self.active.append(fault)
+        self.started += 1
+        return True
+
+    def _start_crash(self, broker: int, until: float) -> _Active:
+        self.world.crash(broker)
+        self.note(f"crash broker {broker} (for {until - self.world.loop.time():.3f} s)")
+        return _Active(FaultKind.CRASH, broker, until, lambda: self._restart(broker))
+
+    def _start_pause(self, broker: int, until: float) -> _Active:
+        self.world.pause(broker)
+        self.note(f"pause broker {broker} (for {until - self.world.loop.time():.3f} s)")
+        return _Active(FaultKind.PAUSE, broker, until, lambda: self._resume(broker))
+
+    def _start_partition(self, broker: int, until: float) -> _Active:
+        others = [f"broker-{b}" for b in sorted(self.world.brokers) if b != broker]
+        with_clients = self.rng.random() < 0.5
+        if with_clients:
+            others += [f"client-{n}" for n in range(1, self.world._clients + 1)]
+        side = [f"broker-{broker}"]
+        self.world.network.cut(side, others)
+        clients = " and the clients" if with_clients else ""
+        self.note(
+            f"partition broker {broker} from the other brokers{clients} (for {until - self.world.loop.time():.3f} s)"
+        )
+
+        def heal() -> None:
+            self.world.network.heal(side, others)
+            self.note(f"heal the partition of broker {broker}")
+
+        return _Active(FaultKind.PARTITION, broker, until, heal)
+
+    def _start_zk_disconnect(self, broker: int, until: float) -> _Active | None:
+        client = self.world.brokers[broker].zk_client
+        session = _session_of(client)
+        if client is None or session is None:
+            return None
+        zookeeper = self.world.zookeeper
+        if self.rng.random() < 0.5:
+            zookeeper.disconnect(session)
+            self.note(f"drop broker {broker}'s ZooKeeper connection")
+            return _Active(FaultKind.ZK_DISCONNECT, broker, self.world.loop.time(), lambda: None)
+        zookeeper.isolate(client)
+        self.note(f"cut broker {broker} off ZooKeeper (for {until - self.world.loop.time():.3f} s)")
+
+        def heal() -> None:
+            zookeeper.heal(client)
+            self.note(f"reconnect broker {broker} to ZooKeeper")
+
+        return _Active(FaultKind.ZK_DISCONNECT, broker, until, heal)
+
+    def _start_zk_expire(self, broker: int, until: float) -> _Active | None:
+        session = _session_of(self.world.brokers[broker].zk_client)
+        if session is None:
+            return None
+        self.world.zookeeper.expire(session)
+        self.note(f"expire broker {broker}'s ZooKeeper session")
+        return _Active(FaultKind.ZK_EXPIRE, broker, self.world.loop.time(), lambda: None)
+
+    def _start_zk_lost_answer(self, broker: int, until: float) -> _Active | None:
+        zookeeper = self.world.zookeeper
+        if self.rng.random() < 0.5:
+            session = _session_of(self.world.brokers[broker].zk_client)
+            if session is None:
+                return None
+            when = self.rng.choice(("before", "after"))
+            kind = self.rng.choice(ZK_REQUEST_KINDS)
+            count = self.rng.randint(1, 6)
+            rule = zookeeper.inject("drop", when, kind=kind, session=session, count=count)
+            self.note(
+                f"drop broker {broker}'s ZooKeeper connection {when} its request #{count} of kind {kind}"
+            )
+
+            def forget() -> None:
+                if rule in zookeeper.rules:
+                    zookeeper.rules.remove(rule)
+
+            return _Active(FaultKind.ZK_LOST_ANSWER, broker, until, forget)
+        rates = ZkFaultRates(
+            drop_before=self.rng.uniform(0.0, 0.05), drop_after=self.rng.uniform(0.0, 0.05), expire=0.0
+        )
+        previous = zookeeper.faults
+        zookeeper.faults = rates
+        self.note(
+            f"ZooKeeper drops connections before {rates.drop_before:.3f} / after {rates.drop_after:.3f} "
+            f"of requests (for {until - self.world.loop.time():.3f} s)"
+        )
+
+        def heal() -> None:
+            zookeeper.faults = previous
+
+        return _Active(FaultKind.ZK_LOST_ANSWER, None, until, heal)
+
+    def _start_shutdown(self, broker: int, until: float) -> _Active:
+        self.note(f"controlled shutdown of broker {broker} (for {until - self.world.loop.time():.3f} s)")
+        task = asyncio.get_running_loop().create_task(
+            controlled_shutdown(self.world, broker), name=f"fault-shutdown-{broker}"
+        )
+        return _Active(FaultKind.SHUTDOWN, broker, until, lambda: self._restart(broker), task)
+
+    # -- heals -------------------------------------------------------------------------------------
+    async def _heal(self, fault: _Active) -> None:
+        self.active.remove(fault)
+        if fault.task is not None:
+            try:
+                await fault.task
+            except Exception as exc:  # noqa: BLE001 - recorded: the broker is restarted anyway
+                self.note(f"{fault.kind.value} of broker {fault.broker} failed: {exc!r}")
+        outcome = fault.heal()
+        if outcome is not None:
+            await outcome
+
+    def _restart(self, broker: int) -> None:
+        """Start the broker again in the background (its start-up may take a while)."""
+        self.note(f"restart broker {broker}")
+        task = asyncio.get_running_loop().create_task(
+            self._start_broker(broker), name=f"fault-restart-{broker}"
+        )
+        self._restarts.append(task)
+
+    async def _start_broker(self, broker: int) -> None:
+        try:
+            await self.world.restart(broker)
+        except Exception as exc:  # noqa: BLE001 - a start-up failure is history, liveness judges it
+            self.note(f"restart of broker {broker} failed: {exc!r}")
+
+    def _resume(self, broker: int) -> None:
+        self.world.resume(broker)
+        self.note(f"resume broker {broker}")
+
+    async def heal_all(self, within_s: float) -> None:
+        """End every fault now and wait for the restarts they started. A fault's own work (a
+        controlled shutdown) that has not ended ``within_s`` virtual seconds after every other
+        fault healed raises TimeoutError."""
+        while self.active:
+            ready = [f for f in self.active if f.task is None or f.task.done()]
+            for fault in ready:
+                await self._heal(fault)
+            busy = [f.task for f in self.active if f.task is not None]
+            if busy and not ready:
+                _, pending = await asyncio.wait(busy, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+                if len(pending) == len(busy):
+                    stuck = ", ".join(f"{f.kind.value} of broker {f.broker}" for f in self.active)
+                    raise TimeoutError(f"{stuck} did not end within {within_s:g} virtual s of the heal")
+        restarts, self._restarts = self._restarts, []
+        await asyncio.gather(*restarts)
+        for broker in _dead(self.world, self.world.brokers):
+            await self._start_broker(broker)  # a broker that halted by itself (KIP-112) comes back too
+
+    @property
+    def disturbed(self) -> list[int]:
+        return sorted({f.broker for f in self.active if f.broker is not None and f.kind in DISTURBING})
+
+
+def _session_of(client: object) -> int | None:
+    client_id = getattr(client, "client_id", None)
+    return client_id[0] if client_id else None
+
+
+def _dead(world: World, brokers: Iterable[int]) -> list[int]:
+    return [b for b in sorted(brokers) if not world.brokers[b].running]

@@ -1,0 +1,490 @@
+"""The invariants of a simulated run, checked after every step (issue 21; docs/guarantees.md;
+TigerBeetle's ``state_checker.zig`` and ``storage_checker.zig``).
+
+:class:`Invariants` is installed on the simulation loop (chained into ``SimEventLoop.intercept``)
+and checks the world every ``every`` callbacks (the cheap checks) and whenever the schedule asks
+(:meth:`Invariants.check`, at each schedule step, with the expensive ones at coarser points and
+always before the run ends). The first violation stops the loop and is kept, with the schedule
+step, the virtual time and the last callbacks run, in :attr:`Invariants.violation`.
+
+The invariants, by name:
+
+* ``acked-on-leader``: every acknowledged offset of a live topic is on the current leader (the
+  broker the state znode names, once it has applied that leader epoch): below its log end offset
+  (cheap), with the acknowledged value (expensive), and below its HW at the end of a run;
+* ``replicas-identical``: any two replicas of a partition hold the same batches, byte for byte,
+  below the lower of their HWs (expensive);
+* ``hw-within-isr``: a leader's HW never passes the log end offset of a replica listed in the ISR
+  of the state znode or in the leader's maximal ISR (its ISR plus a pending ISR change whose
+  outcome is unknown: KIP-497's ``maximalIsr``, ``Partition.pending_isr_change``);
+* ``leader-epochs``: the leader epoch of each partition never goes backwards, in each replica's
+  ``Partition`` (per process incarnation) and in ZooKeeper's state znode; neither does
+  ``/controller_epoch``;
+* ``one-controller-per-epoch``: every controller request any broker receives with a given
+  controller epoch comes from the same controller;
+* ``no-stale-request``: a broker never applies a LeaderAndIsr, UpdateMetadata or StopReplica of
+  a controller epoch older than one it applied before (in this incarnation), nor one addressed to
+  an older broker epoch (KIP-380) than its current one.
+
+Liveness (``liveness``) and spinning tasks (``no-spin``, the loop's own watchdog) are judged by
+the sweep (sim/sweep.py) and the loop; their names are listed here with the rest. Replicas of
+crashed brokers are not checked until they run again (their files are closed); paused ones are.
+The replicas of a topic whose deletion was asked for are not checked any more (its logs may be
+deleted, or created again empty by a LeaderAndIsr of the deletion's controller, until it is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from client.protocol.records import decode_records, iter_batches
+from client.types import TopicPartition
+from sim.broker_process import ProcessState
+from sim.errors import SimulationError
+from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH
+
+if TYPE_CHECKING:
+    from broker.log import Log
+    from broker.replica.replica_manager import ReplicaManager
+    from sim.workload import Ledger
+    from sim.world import World
+
+ACKED_ON_LEADER = "acked-on-leader"
+REPLICAS_IDENTICAL = "replicas-identical"
+HW_WITHIN_ISR = "hw-within-isr"
+LEADER_EPOCHS = "leader-epochs"
+ONE_CONTROLLER_PER_EPOCH = "one-controller-per-epoch"
+NO_STALE_REQUEST = "no-stale-request"
+LIVENESS = "liveness"
+NO_SPIN = "no-spin"
+#: Every invariant, in the order they are checked and reported.
+ALL_INVARIANTS = (
+    ACKED_ON_LEADER,
+    REPLICAS_IDENTICAL,
+    HW_WITHIN_ISR,
+    LEADER_EPOCHS,
+    ONE_CONTROLLER_PER_EPOCH,
+    NO_STALE_REQUEST,
+    LIVENESS,
+    NO_SPIN,
+)
+_READ_BYTES = 1 << 20
+
+
+class InvariantViolation(SimulationError):
+    """An invariant failed: which, what was seen, and where in the schedule."""
+
+    def __init__(self, invariant: str, detail: str, step: int = -1, virtual_s: float = 0.0) -> None:
+        super().__init__(
+            f"invariant {invariant} violated at step {step} (virtual {virtual_s:.6f} s): {detail}"
+        )
+        self.invariant = invariant
+        self.detail = detail
+        self.step = step
+        self.virtual_s = virtual_s
+        self.recent: tuple[str, ...] = ()  # the last callbacks run before it was seen
+
+
+@dataclass(frozen=True)
+class _ZkPartition:
+    leader: int
+    leader_epoch: int
+    isr: frozenset[int]
+    topic_czxid: int
+
+
+class Invariants:
+    """Checks a :class:`sim.world.World` and its clients' :class:`sim.workload.Ledger`."""
+
+    def __init__(
+        self, world: World, ledger: Ledger, *, enabled: Iterable[str] = ALL_INVARIANTS, every: int = 16
+    ) -> None:
+        self.world = world
+        self.ledger = ledger
+        self.enabled = frozenset(enabled)
+        unknown = self.enabled.difference(ALL_INVARIANTS)
+        if unknown:
+            raise ValueError(f"unknown invariants {sorted(unknown)}")
+        self.every = every
+        self.step = 0  # the schedule step being run (set by the sweep)
+        self.checks = 0
+        self.violation: InvariantViolation | None = None
+        self._countdown = every
+        self._zk: dict[tuple[str, int], _ZkPartition] = {}
+        self._zk_mzxid: dict[tuple[str, int], int] = {}
+        self._zk_seen_zxid = -1
+        self._zk_epochs: dict[tuple[str, int, int], int] = {}
+        self._controller_epoch = -1
+        self._replica_epochs: dict[tuple[int, int, TopicPartition], int] = {}
+        self._controllers: dict[int, int] = {}  # controller epoch -> the controller that used it
+        self._applied_epoch: dict[tuple[int, int], int] = {}  # (broker, incarnation) -> controller epoch
+        self._attached: dict[int, object] = {}  # broker id -> the replica manager watched
+        self._inner: Callable[[asyncio.Handle], bool] | None = None
+
+    # -- installation ------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Chain into the loop's interceptor (after the world's process table)."""
+        loop = self.world.loop
+        self._inner = loop.intercept
+        loop.intercept = self._intercept
+
+    def _intercept(self, handle: asyncio.Handle) -> bool:
+        if self.violation is None:
+            self._attach()
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._countdown = self.every
+                self._run(full=False)
+        inner = self._inner
+        return inner(handle) if inner is not None else False
+
+    def _attach(self) -> None:
+        """Watch the controller requests of each broker incarnation's replica manager, from its
+        creation on (before the broker registers, so before any request can be applied)."""
+        for broker_id, process in self.world.brokers.items():
+            rm = getattr(process.server, "replica_manager", None)
+            if rm is not None and self._attached.get(broker_id) is not rm:
+                self._attached[broker_id] = rm
+                incarnation = process.incarnations
+                self._watch_requests(broker_id, incarnation, rm)
+
+    def _watch_requests(self, broker_id: int, incarnation: int, rm: ReplicaManager) -> None:
+        handler = rm.state_changes
+        original = handler._stale_epoch
+
+        def checked(request: str, body: dict) -> Any:
+            self._on_request(broker_id, request, body)
+            broker_epoch = rm.broker_epoch
+            refused = original(request, body)
+            if refused is None:
+                self._on_applied(broker_id, incarnation, request, body, broker_epoch)
+            return refused
+
+        handler._stale_epoch = checked  # type: ignore[method-assign]
+
+    def _on_request(self, broker_id: int, request: str, body: dict) -> None:
+        epoch, controller = body["controller_epoch"], body.get("controller_id")
+        if controller is None or ONE_CONTROLLER_PER_EPOCH not in self.enabled:
+            return
+        known = self._controllers.setdefault(epoch, controller)
+        if known != controller:
+            self.fail(
+                ONE_CONTROLLER_PER_EPOCH,
+                f"broker {broker_id} got a {request} of controller epoch {epoch} from controller "
+                f"{controller}; controller {known} already acted in that epoch",
+            )
+
+    def _on_applied(
+        self, broker_id: int, incarnation: int, request: str, body: dict, broker_epoch: int
+    ) -> None:
+        if NO_STALE_REQUEST not in self.enabled:
+            return
+        epoch = body["controller_epoch"]
+        newest = self._applied_epoch.get((broker_id, incarnation), -1)
+        if epoch < newest:
+            self.fail(
+                NO_STALE_REQUEST,
+                f"broker {broker_id} applied a {request} of controller epoch {epoch} after one of epoch {newest}",
+            )
+        self._applied_epoch[(broker_id, incarnation)] = max(epoch, newest)
+        addressed = body.get("broker_epoch", -1)
+        if addressed != -1 and addressed < broker_epoch:
+            self.fail(
+                NO_STALE_REQUEST,
+                f"broker {broker_id} (broker epoch {broker_epoch}) applied a {request} addressed to its "
+                f"older broker epoch {addressed}",
+            )
+
+    # -- running the checks ------------------------------------------------------------------------
+    def check(self, full: bool = False) -> None:
+        """Check now (the schedule's step boundary); ``full`` adds the byte comparisons."""
+        if self.violation is None:
+            self._attach()
+            self._run(full)
+
+    def _run(self, full: bool) -> None:
+        self.checks += 1
+        try:
+            self._refresh_zookeeper()
+            self._check_replica_epochs()
+            self._check_high_watermarks()
+            self._check_acked(values=full)
+            if full:
+                self._check_identical()
+        except InvariantViolation as violation:
+            self._record(violation)
+
+    def fail(self, invariant: str, detail: str) -> None:
+        """Record a violation seen outside these checks (the sweep's liveness judgement)."""
+        self._record(InvariantViolation(invariant, detail))
+
+    def _record(self, violation: InvariantViolation) -> None:
+        if self.violation is not None:
+            return
+        violation.step = self.step
+        violation.virtual_s = self.world.loop.elapsed_ns / 1e9
+        violation.args = (
+            f"invariant {violation.invariant} violated at step {violation.step} "
+            f"(virtual {violation.virtual_s:.6f} s): {violation.detail}",
+        )
+        violation.recent = tuple(self.world.loop.recent())
+        self.violation = violation
+        self.world.loop.stop()  # the run ends after this iteration: the first violation stands
+
+    def raise_if_violated(self) -> None:
+        if self.violation is not None:
+            raise self.violation
+
+    # -- the replicas as the checks see them -------------------------------------------------------
+    def _replica_manager(self, broker_id: int) -> ReplicaManager | None:
+        process = self.world.brokers.get(broker_id)
+        if process is None or process.state is ProcessState.DEAD:
+            return None
+        return getattr(process.server, "replica_manager", None)
+
+    def _log(self, broker_id: int, tp: TopicPartition) -> Log | None:
+        rm = self._replica_manager(broker_id)
+        if rm is None or tp in rm.offline_partitions:
+            return None
+        return rm.get_log(tp)
+
+    def _deleting(self, topic: str) -> bool:
+        """The topic's deletion was asked for (by the workload, or /admin/delete_topics lists
+        it): its replicas may be stopped, deleted or created again empty until it is gone, and
+        its records are no longer anyone's (Kafka's TopicDeletionManager)."""
+        return topic in self.ledger.deleted_topics or (
+            f"{DELETE_TOPICS_PATH}/{topic}" in self.world.zookeeper.tree.nodes
+        )
+
+    def _live_replica_managers(self) -> list[tuple[int, ReplicaManager]]:
+        found = []
+        for broker_id in sorted(self.world.brokers):
+            rm = self._replica_manager(broker_id)
+            if rm is not None:
+                found.append((broker_id, rm))
+        return found
+
+    # -- ZooKeeper: the state znodes, their leader epochs, /controller_epoch -----------------------
+    def _refresh_zookeeper(self) -> None:
+        zookeeper = self.world.zookeeper
+        if zookeeper.zxid == self._zk_seen_zxid:
+            return
+        self._zk_seen_zxid = zookeeper.zxid
+        nodes = zookeeper.tree.nodes
+        epoch_node = nodes.get(CONTROLLER_EPOCH_PATH)
+        if epoch_node is not None and LEADER_EPOCHS in self.enabled:
+            epoch = int(epoch_node.data.decode() or -1)
+            if epoch < self._controller_epoch:
+                raise InvariantViolation(
+                    LEADER_EPOCHS, f"/controller_epoch went back from {self._controller_epoch} to {epoch}"
+                )
+            self._controller_epoch = epoch
+        topics = nodes.get(BROKER_TOPICS_PATH)
+        seen = set()
+        for topic in sorted(topics.children) if topics is not None else ():
+            topic_node = nodes[f"{BROKER_TOPICS_PATH}/{topic}"]
+            partitions = nodes.get(f"{BROKER_TOPICS_PATH}/{topic}/partitions")
+            for name in partitions.children if partitions is not None else ():
+                state = nodes.get(f"{BROKER_TOPICS_PATH}/{topic}/partitions/{name}/state")
+                if state is None:
+                    continue
+                key = (topic, int(name))
+                seen.add(key)
+                if self._zk_mzxid.get(key) == state.mzxid:
+                    continue
+                self._zk_mzxid[key] = state.mzxid
+                self._on_state_znode(key, json.loads(state.data), topic_node.czxid)
+        for key in [k for k in self._zk if k not in seen]:
+            del self._zk[key]
+            self._zk_mzxid.pop(key, None)
+
+    def _on_state_znode(self, key: tuple[str, int], state: dict, topic_czxid: int) -> None:
+        entry = _ZkPartition(state["leader"], state["leader_epoch"], frozenset(state["isr"]), topic_czxid)
+        self._zk[key] = entry
+        if LEADER_EPOCHS not in self.enabled:
+            return
+        epoch_key = (*key, topic_czxid)
+        previous = self._zk_epochs.get(epoch_key, -1)
+        if entry.leader_epoch < previous:
+            raise InvariantViolation(
+                LEADER_EPOCHS,
+                f"the state znode of {key[0]}-{key[1]} went back from leader epoch {previous} to "
+                f"{entry.leader_epoch} (leader {entry.leader}, isr {sorted(entry.isr)})",
+            )
+        self._zk_epochs[epoch_key] = entry.leader_epoch
+
+    # -- the cheap checks --------------------------------------------------------------------------
+    def _check_replica_epochs(self) -> None:
+        if LEADER_EPOCHS not in self.enabled:
+            return
+        for broker_id, rm in self._live_replica_managers():
+            incarnation = self.world.brokers[broker_id].incarnations
+            for key_tp, partition in rm.partitions.items():
+                if partition.leader_epoch < 0 or self._deleting(key_tp[0]):
+                    continue  # registered by a LeaderAndIsr still creating the log: nothing applied yet
+                tp = TopicPartition(*key_tp)
+                key = (broker_id, incarnation, tp)
+                previous = self._replica_epochs.get(key, -1)
+                if partition.leader_epoch < previous:
+                    raise InvariantViolation(
+                        LEADER_EPOCHS,
+                        f"broker {broker_id}'s replica of {tp.topic}-{tp.partition} went back from "
+                        f"leader epoch {previous} to {partition.leader_epoch}",
+                    )
+                self._replica_epochs[key] = partition.leader_epoch
+
+    def _check_high_watermarks(self) -> None:
+        if HW_WITHIN_ISR not in self.enabled:
+            return
+        for broker_id, rm in self._live_replica_managers():
+            for key_tp, partition in rm.partitions.items():
+                if not partition.is_leader or self._deleting(key_tp[0]):
+                    continue
+                tp = TopicPartition(*key_tp)
+                log_ = rm.get_log(tp)
+                if log_ is None:
+                    continue
+                hw = log_.high_watermark
+                zk = self._zk.get((tp.topic, tp.partition))
+                listed = set(partition.maximal_isr) | (zk.isr if zk is not None else frozenset())
+                for replica in sorted(listed - {broker_id}):
+                    replica_log = self._log(replica, tp)
+                    if replica_log is not None and replica_log.log_end_offset < hw:
+                        raise InvariantViolation(
+                            HW_WITHIN_ISR,
+                            f"leader {broker_id} of {tp.topic}-{tp.partition} (epoch {partition.leader_epoch}) "
+                            f"has HW {hw} past replica {replica}'s log end offset "
+                            f"{replica_log.log_end_offset}; ISR in ZooKeeper "
+                            f"{sorted(zk.isr) if zk else None}, leader's ISR {sorted(partition.isr)}, "
+                            f"pending change {partition.pending_isr_change}",
+                        )
+
+    def _current_leader_log(self, topic: str, partition: int) -> tuple[int, Log] | None:
+        """The log of the leader ZooKeeper names, once that broker has applied the leader epoch."""
+        zk = self._zk.get((topic, partition))
+        if zk is None or zk.leader < 0:
+            return None
+        rm = self._replica_manager(zk.leader)
+        tp = TopicPartition(topic, partition)
+        state = rm.partitions.get(tp) if rm is not None else None
+        if state is None or not state.is_leader or state.leader_epoch != zk.leader_epoch:
+            return None
+        log_ = self._log(zk.leader, tp)
+        return None if log_ is None else (zk.leader, log_)
+
+    def _check_acked(self, values: bool, below_hw: bool = False) -> None:
+        if ACKED_ON_LEADER not in self.enabled:
+            return
+        for conflict, earlier in self.ledger.conflicts:
+            raise InvariantViolation(
+                ACKED_ON_LEADER,
+                f"{conflict.topic}-{conflict.partition} offset {conflict.offset} acknowledged twice: "
+                f"{earlier!r} and {conflict.value!r}",
+            )
+        for (topic, partition), offsets in sorted(self.ledger.acked.items()):
+            if not offsets:
+                continue
+            found = self._current_leader_log(topic, partition)
+            if found is None:
+                continue
+            leader, log_ = found
+            last = self.ledger.last_acked[(topic, partition)]
+            end = log_.high_watermark if below_hw else log_.log_end_offset
+            if end <= last:
+                raise InvariantViolation(
+                    ACKED_ON_LEADER,
+                    f"offset {last} of {topic}-{partition} was acknowledged, but leader {leader}'s "
+                    f"{'HW' if below_hw else 'log end offset'} is {end}",
+                )
+            if values:
+                self._check_values(topic, partition, leader, log_, offsets)
+
+    def _check_values(
+        self, topic: str, partition: int, leader: int, log_: Log, offsets: dict[int, bytes]
+    ) -> None:
+        held = {record.offset: record.value for record in _records(log_, log_.log_end_offset)}
+        for offset, value in sorted(offsets.items()):
+            if held.get(offset) != value:
+                raise InvariantViolation(
+                    ACKED_ON_LEADER,
+                    f"{topic}-{partition} offset {offset} was acknowledged as {value!r}; leader {leader} "
+                    f"holds {held.get(offset)!r}",
+                )
+
+    # -- the expensive check -----------------------------------------------------------------------
+    def _check_identical(self) -> None:
+        if REPLICAS_IDENTICAL not in self.enabled:
+            return
+        hosted: dict[TopicPartition, list[tuple[int, Log]]] = {}
+        for broker_id, rm in self._live_replica_managers():
+            for key_tp in sorted(rm.partitions):
+                if self._deleting(key_tp[0]):
+                    continue
+                tp = TopicPartition(*key_tp)
+                log_ = self._log(broker_id, tp)
+                if log_ is not None:
+                    hosted.setdefault(tp, []).append((broker_id, log_))
+        for tp, replicas in sorted(hosted.items()):
+            batches = [(b, log_.high_watermark, _batches(log_, log_.high_watermark)) for b, log_ in replicas]
+            for i, (a, hw_a, batches_a) in enumerate(batches):
+                for b, hw_b, batches_b in batches[i + 1 :]:
+                    bound = min(hw_a, hw_b)
+                    left = [x for x in batches_a if x[1] < bound]
+                    right = [x for x in batches_b if x[1] < bound]
+                    if left != right:
+                        raise InvariantViolation(
+                            REPLICAS_IDENTICAL,
+                            f"brokers {a} and {b} differ below HW {bound} of {tp.topic}-{tp.partition}: "
+                            f"{_first_difference(left, right)}",
+                        )
+
+    def check_final(self) -> None:
+        """At the end of a run, faults healed and clients settled: everything, and every
+        acknowledged offset below the current leader's HW."""
+        self.check(full=True)
+        if self.violation is None:
+            try:
+                self._check_acked(values=False, below_hw=True)
+            except InvariantViolation as violation:
+                self._record(violation)
+
+
+def _batches(log_: Log, end: int) -> list[tuple[int, int, bytes]]:
+    """(base offset, last offset, bytes) of every batch wholly below ``end``."""
+    out: list[tuple[int, int, bytes]] = []
+    offset = log_.log_start_offset
+    while offset < end:
+        data = bytes(log_.read(offset, _READ_BYTES, max_offset=end).records)
+        if not data:
+            break
+        for position, header in iter_batches(data):
+            last = header.base_offset + header.last_offset_delta
+            if header.base_offset >= offset:
+                out.append((header.base_offset, last, data[position : position + header.size]))
+            offset = last + 1
+    return out
+
+
+def _records(log_: Log, end: int) -> Iterable[Any]:
+    offset = log_.log_start_offset
+    while offset < end:
+        data = log_.read(offset, _READ_BYTES, max_offset=end).records
+        if not data:
+            return
+        last = offset
+        for _, record in decode_records(data):
+            if record.offset >= offset:
+                yield record
+            last = record.offset
+        offset = last + 1
+
+
+def _first_difference(left: list[tuple[int, int, bytes]], right: list[tuple[int, int, bytes]]) -> str:
+    for x, y in zip(left, right, strict=False):
+        if x != y:
+            return f"batch {x[0]}..{x[1]} ({len(x[2])} bytes) vs {y[0]}..{y[1]} ({len(y[2])} bytes)"
+    return f"{len(left)} batches vs {len(right)}"
