@@ -9,42 +9,10 @@ length, then the payload).
 
 from __future__ import annotations
 
-from client.protocol.framing import LENGTH, FrameTooLarge
+from client.protocol.framing import FrameDecoder
 
 
-class FrameReceive:
-    """Buffered bytes of one connection, taken out one frame at a time."""
-
-    __slots__ = ("max_frame_bytes", "_buffer")
-
-    def __init__(self, max_frame_bytes: int) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buffer)
-
-    def frame_size(self) -> int | None:
-        """The payload size of the frame at the head, None until its length is in. Raises
-        FrameTooLarge for a length over the limit."""
-        if len(self._buffer) < 4:
-            return None
-        (size,) = LENGTH.unpack_from(self._buffer, 0)
-        if size > self.max_frame_bytes:
-            raise FrameTooLarge(size, self.max_frame_bytes)
-        return size
-
-    def take(self, size: int) -> bytes | None:
-        """The head frame's payload (of ``size`` bytes, from :meth:`frame_size`), or None while
-        it is incomplete."""
-        end = 4 + size
-        if len(self._buffer) < end:
-            return None
-        with memoryview(self._buffer) as view:
-            payload = bytes(view[4:end])  # one copy (a bytearray slice would make two)
-        del self._buffer[:end]
-        return payload
+class FrameReceive(FrameDecoder):
+    """Buffered bytes of one connection, taken out one frame at a time: the client's
+    :class:`~client.protocol.framing.FrameDecoder`, whose :meth:`frame_size` and :meth:`take`
+    the processor calls apart, asking the memory pool for the frame's bytes in between."""

@@ -62,15 +62,27 @@ class FrameDecoder:
 
     def next_frame(self) -> bytes | None:
         """The next whole payload, or None if more bytes are needed. Raises FrameTooLarge."""
+        size = self.frame_size()
+        return None if size is None else self.take(size)
+
+    def frame_size(self) -> int | None:
+        """The payload size of the frame at the head, None until its length is in. Raises
+        FrameTooLarge for a length over the limit (before any of the body is buffered)."""
         if len(self._buffer) < 4:
             return None
         (size,) = LENGTH.unpack_from(self._buffer, 0)
         if size > self.max_frame_bytes:
             raise FrameTooLarge(size, self.max_frame_bytes)
+        return size
+
+    def take(self, size: int) -> bytes | None:
+        """The head frame's payload (of ``size`` bytes, from :meth:`frame_size`), or None while
+        it is incomplete."""
         end = 4 + size
         if len(self._buffer) < end:
             return None
-        payload = bytes(self._buffer[4:end])
+        with memoryview(self._buffer) as view:
+            payload = bytes(view[4:end])  # one copy (a bytearray slice would make two)
         del self._buffer[:end]
         return payload
 
