@@ -170,6 +170,7 @@ class Net:
         body = validate_request(sent.api_key, 0, unpack(pack(sent.body)))
         if sent.api_key == ApiKey.FETCH:
             answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
+
             def respond(results: dict) -> None:
                 if not answer.done():  # the requester may have been cancelled (a fetcher stopped)
                     answer.set_result(fetch_response(results))

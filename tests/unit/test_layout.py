@@ -9,7 +9,19 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("bench", "broker", "chaos", "cli", "client", "controller", "devcluster", "ledger", "sim", "verify", "zk")
+PACKAGES = (
+    "bench",
+    "broker",
+    "chaos",
+    "cli",
+    "client",
+    "controller",
+    "devcluster",
+    "ledger",
+    "sim",
+    "verify",
+    "zk",
+)
 ZNODE = re.compile(
     r"^/(brokers|controller|controller_epoch|admin|config|isr_change_notification"
     r"|log_dir_event_notification|latest_producer_id_block|cluster)(/|$)"
