@@ -8,7 +8,10 @@ like at the perf tool's default linger), timing only the appends; the baseline r
 ``git worktree`` of ``--base``. No network, no replication: this isolates the code that a
 change to the storage layer touches.
 
-    .venv/bin/python bench/log_append.py --base d63bd31 [--batches 50000] [--repeat 5]
+    .venv/bin/python bench/log_append.py --base d63bd31 [--batches 50000] [--repeat 5] [--segment-bytes N]
+
+The log is opened through a LogManager, as in a broker, so a roll's flush runs where a broker
+runs it (its flusher thread, since issue 19).
 """
 
 from __future__ import annotations
@@ -29,24 +32,30 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = r"""
 import sys, tempfile, time
 from pathlib import Path
-from broker.log import Log, LogConfig
+from broker.log import LogConfig, LogManager
 from client.protocol.records import build_batch
-batches = int(sys.argv[1])
+batches, segment_bytes = int(sys.argv[1]), int(sys.argv[2])
 records = [build_batch([(None, bytes(100), 1_000 + i, []) for i in range(10)]) for _ in range(64)]
 with tempfile.TemporaryDirectory() as tmp:
-    log = Log.open(Path(tmp) / "bench-0", LogConfig(), lambda: 1_000)
+    config = LogConfig(segment_bytes=segment_bytes)
+    manager = LogManager([Path(tmp)], config, lambda: 1_000)  # as in a broker: its flusher, if any
+    log = manager.get_or_create_log("bench", 0, config)
     started = time.perf_counter()
     for n in range(batches):
         log.append_as_leader(records[n % 64], leader_epoch=0)
     elapsed = time.perf_counter() - started
-    log.close()
+    manager.shutdown()
 print(batches / elapsed)
 """
 
 
-def sample(tree: Path, batches: int) -> float:
+def sample(tree: Path, batches: int, segment_bytes: int) -> float:
     out = subprocess.run(
-        [sys.executable, "-c", SAMPLE, str(batches)], cwd=tree, check=True, capture_output=True, text=True
+        [sys.executable, "-c", SAMPLE, str(batches), str(segment_bytes)],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return float(out.stdout.strip())
 
@@ -56,12 +65,18 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the baseline git revision")
     parser.add_argument("--batches", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=1 << 30,
+        help="segment.bytes of the log (small values roll often: the cost of flushing on roll)",
+    )
     args = parser.parse_args()
     with baseline_worktree(args.base) as base_tree:
         base, head = [], []
         for _ in range(args.repeat):
-            base.append(sample(base_tree, args.batches))
-            head.append(sample(ROOT, args.batches))
+            base.append(sample(base_tree, args.batches, args.segment_bytes))
+            head.append(sample(ROOT, args.batches, args.segment_bytes))
     ratio = statistics.median(h / b for h, b in zip(head, base, strict=True))
     print(f"| revision | appends/s (median of {args.repeat}) | records/s |")
     print("|---|---:|---:|")
