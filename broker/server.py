@@ -108,10 +108,44 @@ class BrokerServer:
 
     # -- start-up ----------------------------------------------------------------------------------
     async def startup(self) -> None:
+        """Kafka's KafkaServer.startup, in its order: the logs, ZooKeeper, the replica manager,
+        controller and API layer, the config change listener, the request pipeline,
+        registration, the controller candidate, the periodic jobs."""
         cfg = self.config
         state_change_path = Path(cfg["state.change.log.file"] or cfg.log_dirs[0].parent / "state-change.log")
         self.state_change_log = StateChangeLog(state_change_path, self.broker_id, self.time_ms)
+        if not await self._load_logs():
+            return
+        self.zk = ZkBridge(
+            cfg["zookeeper.connect"],
+            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
+            client_factory=self.runtime.zk_client_factory,
+        )
+        await self.zk.start(timeout=cfg["zookeeper.connection.timeout.ms"] / 1000)
+        self.zk.add_state_listener(self._on_zk_state)
+        self.cluster_id = await self._get_or_create_cluster_id()
+        self._build_request_layers()
+        # Kafka's KafkaServer.startup: the config change listener before the request pipeline
+        self.dynamic_config = DynamicConfigManager(
+            self.zk, TopicConfigHandler(self.replica_manager, cfg), self.time_ms
+        )
+        await self.dynamic_config.startup()
+        await self._start_socket_server()
+        await self._register()
+        await self.controller.startup()
+        self._start_periodic_tasks()
+        log.info(
+            "[KafkaServer id=%d] started, listeners %s",
+            self.broker_id,
+            ", ".join(
+                f"{e.listener_name}://{e.host}:{self.bound_ports[e.listener_name]}" for e in cfg.listeners
+            ),
+        )
 
+    async def _load_logs(self) -> bool:
+        """Load and recover every log (KIP-112's failure channel first, the file budget taken).
+        False when no log dir is online: the broker has halted."""
+        cfg = self.config
         loop = asyncio.get_running_loop()
         self.log_dir_failures = LogDirFailureChannel()
         self.log_dir_failures.add_listener(
@@ -133,18 +167,13 @@ class BrokerServer:
             )
         if not self.log_manager.online_log_dirs:
             self._halt_all_log_dirs_failed()
-            return
+            return False
         log_budget(self.file_budget, self.broker_id, len(self.log_manager.all_logs()))
+        return True
 
-        self.zk = ZkBridge(
-            cfg["zookeeper.connect"],
-            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
-            client_factory=self.runtime.zk_client_factory,
-        )
-        await self.zk.start(timeout=cfg["zookeeper.connection.timeout.ms"] / 1000)
-        self.zk.add_state_listener(self._on_zk_state)
-        self.cluster_id = await self._get_or_create_cluster_id()
-
+    def _build_request_layers(self) -> None:
+        """The replica manager, the controller candidate and the API layer over them."""
+        cfg = self.config
         self.metadata_cache = MetadataCache(self.broker_id)
         self.replica_manager = ReplicaManager(
             cfg,
@@ -174,11 +203,10 @@ class BrokerServer:
             lambda: self.cluster_id,
             self.rng,
         )
-        # Kafka's KafkaServer.startup: the config change listener before the request pipeline
-        self.dynamic_config = DynamicConfigManager(
-            self.zk, TopicConfigHandler(self.replica_manager, cfg), self.time_ms
-        )
-        await self.dynamic_config.startup()
+
+    async def _start_socket_server(self) -> None:
+        """The Reactor pipeline on every listener, and the metrics endpoint."""
+        cfg = self.config
         self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
         self.socket_server = SocketServer(
             cfg.network_config(),
@@ -192,16 +220,6 @@ class BrokerServer:
             self.metrics.serve(cfg.listeners[0].host or "0.0.0.0", cfg["metrics.port"])
         self.port = self.socket_server.port
         self.bound_ports = dict(self.socket_server.bound_ports)
-        await self._register()
-        await self.controller.startup()
-        self._start_periodic_tasks()
-        log.info(
-            "[KafkaServer id=%d] started, listeners %s",
-            self.broker_id,
-            ", ".join(
-                f"{e.listener_name}://{e.host}:{self.bound_ports[e.listener_name]}" for e in cfg.listeners
-            ),
-        )
 
     def _fetcher_manager_factory(self) -> Callable[[ReplicaManager], ReplicaFetcherManager]:
         connect = self.runtime.connect

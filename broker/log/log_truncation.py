@@ -22,6 +22,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.log.checkpoint import fsync_dir
 from broker.log.leader_epoch import LeaderEpochFileCache
@@ -83,14 +84,15 @@ class LogTruncation:
     _leo: int
     _truncations: int
 
-    def _check_open(self) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # defined by Log; declared here for the type checker only
 
-    def _io(self, what: str, resource_retriable: bool = True) -> contextlib.AbstractContextManager[None]:
-        raise NotImplementedError
+        def _check_open(self) -> None: ...
 
-    def _load_producer_state(self) -> None:
-        raise NotImplementedError
+        def _io(
+            self, what: str, resource_retriable: bool = True
+        ) -> contextlib.AbstractContextManager[None]: ...
+
+        def _load_producer_state(self) -> None: ...
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset`` (a batch straddling it goes whole),

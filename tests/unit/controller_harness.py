@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from kazoo.exceptions import ConnectionLoss
 
@@ -31,6 +31,9 @@ class Sent(NamedTuple):
     def partitions(self) -> set[TopicPartition]:
         entries = self.body.get("partition_states", self.body.get("partitions", []))
         return {TopicPartition(p["topic"], p["partition"]) for p in entries}
+
+
+R = TypeVar("R", bound=Callable[..., None])
 
 
 class Calls:
@@ -58,6 +61,18 @@ async def start(
 ) -> tuple[KafkaController, Calls]:
     """``brokers`` registered, broker 1 the controller; each topic's partitions led by their first
     replica with every replica in the ISR."""
+    return await start_recording(zk, zk_for_controller, brokers, topics, Calls())
+
+
+async def start_recording(
+    zk: ZkBridge,
+    zk_for_controller: object,
+    brokers: list[int],
+    topics: dict[str, dict[int, list[int]]],
+    recorder: R,
+) -> tuple[KafkaController, R]:
+    """:func:`start`, with ``recorder`` taking the controller's requests (called as the batch's
+    ``_send``: broker id, api key, body, callback)."""
     for broker_id in brokers:
         await register_broker(zk, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
     for topic, assignment in topics.items():
@@ -72,12 +87,11 @@ async def start(
         random.Random(0),
         lambda r: None,
     )
-    calls = Calls()
-    controller.batch._send = calls
+    controller.batch._send = recorder
     await controller.startup()
     assert controller.is_active
     await idle(controller)
-    return controller, calls
+    return controller, recorder
 
 
 def failing_hook(then: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

@@ -158,27 +158,10 @@ async def start_controller_with(
 ) -> tuple[KafkaController, Recorded]:
     """``brokers`` live, broker 1 the controller; topic t with ``partitions``' replicas, each led
     by its first replica with every replica in the ISR."""
-    for broker_id in brokers:
-        await register_broker(bridge, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
-    await bridge.create(
-        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
-    )
-    for tp, replicas in partitions.items():
-        await write_state(bridge, tp, replicas[0], replicas, create=True)
-    controller = KafkaController(
-        1,
-        zk_for_controller,  # type: ignore[arg-type]
-        ControllerConfig(auto_leader_rebalance_enable=False),
-        lambda: 0,
-        random.Random(0),
-        lambda r: None,
-    )
-    recorded = Recorded()
-    controller.batch._send = recorded
-    await controller.startup()
-    assert controller.is_active
-    await idle(controller)
-    return controller, recorded
+    from tests.unit.controller_harness import start_recording  # it builds on this module's helpers
+
+    topic = {tp.partition: replicas for tp, replicas in partitions.items()}
+    return await start_recording(bridge, zk_for_controller, brokers, {"t": topic}, Recorded())
 
 
 async def idle(controller: KafkaController) -> None:
