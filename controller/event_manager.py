@@ -277,8 +277,10 @@ class ControllerEventManager:
                 remaining = self._retries[first][0] - loop.time()
                 if remaining <= 0:
                     return self._retries.pop(first)[1]
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow close()'s cancellation
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await self._wakeup.wait()
             elif self._queue:
                 return self._queue.popleft()
             else:
