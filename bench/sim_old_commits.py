@@ -427,6 +427,8 @@ def run_inside(args: argparse.Namespace) -> int:
     config = ScheduleConfig(steps=args.steps, brokers=args.brokers, faults=parse_kinds(args.faults))
     if args.fault_rate is not None:
         config = dataclasses.replace(config, fault_rate=args.fault_rate)
+    if args.invariants:
+        config = dataclasses.replace(config, invariants=frozenset(args.invariants.split(",")))
     if args.log_level:
         logging.basicConfig(level=args.log_level, format="%(name)s %(levelname)s %(message)s")
     elif not args.verbose:
@@ -478,6 +480,7 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--faults", default="all")
     parser.add_argument("--fault-rate", type=float, default=None, help="chance of a fault per step [0.08]")
+    parser.add_argument("--invariants", default=None, help="comma-separated; default: every one")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=200, help="seeds per pool of worker processes")
     parser.add_argument("--out", default=None, help="JSON lines of the failed schedules")

@@ -49,7 +49,7 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
     default="all",
     show_default=True,
     help="Fault kinds: all, none, or a comma-separated list of crash, pause, partition, "
-    "zk-disconnect, zk-expire, zk-lost-answer, shutdown.",
+    "zk-disconnect, zk-expire, zk-lost-answer, shutdown, stall, isr-lost-answer.",
 )
 @click.option(
     "--invariants", default="all", show_default=True, help="The invariants to check (all, or a list)."

@@ -16,7 +16,14 @@ liveness check. The kinds:
 * ``zk-lost-answer``: ZooKeeper connections dropped before or after requests are applied: either
   one rule on one broker's session (the n-th request of a kind: ``create``, ``set``, ``multi``,
   ``delete``, ``get``) or random rates for a while, for every session;
-* ``shutdown``: a controlled shutdown (sim/workload.py), started again at the heal.
+* ``shutdown``: a controlled shutdown (sim/workload.py), started again at the heal;
+* ``stall``: one client connection to the broker stalls (TCP's retransmission backoff on one
+  flow): its requests reach the broker late, even after the client gave up on them and closed
+  it, while the client's new connections flow (a request held past the producer's timeout);
+* ``isr-lost-answer`` (aimed, in the spirit of FoundationDB's buggify): the answer to the
+  broker's next write of a partition state znode is lost (the leader's ISR change, or the
+  controller's write); when the write adds a replica to the ISR, that joiner is paused for a
+  while, so the other followers run ahead of it (issue 18's window 1 needs exactly that).
 
 At most ``max_disturbed`` brokers are crashed, paused, partitioned or shut down at once (the
 ZooKeeper faults do not count), so a schedule is a cluster under stress, not a dead one.
@@ -26,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.workload import controlled_shutdown
 from sim.zookeeper import ZkFaultRates
@@ -49,6 +57,8 @@ class FaultKind(enum.Enum):
     ZK_EXPIRE = "zk-expire"
     ZK_LOST_ANSWER = "zk-lost-answer"
     SHUTDOWN = "shutdown"
+    STALL = "stall"
+    ISR_LOST_ANSWER = "isr-lost-answer"
 
 
 #: The kinds that take a broker out of the cluster for a while.
@@ -102,6 +112,7 @@ class FaultInjector:
     active: list[_Active] = field(default_factory=list)
     started: int = 0
     _restarts: list[asyncio.Task] = field(default_factory=list)
+    _timers: list[asyncio.TimerHandle] = field(default_factory=list)  # an aimed fault's next moves
 
     def __post_init__(self) -> None:
         self.rng = self.world.loop.seeds.stream("faults")
@@ -153,22 +164,7 @@ class FaultInjector:
         return _Active(FaultKind.PAUSE, broker, until, lambda: self._resume(broker))
 
     def _start_partition(self, broker: int, until: float) -> _Active:
-        others = [f"broker-{b}" for b in sorted(self.world.brokers) if b != broker]
-        with_clients = self.rng.random() < 0.5
-        if with_clients:
-            others += [f"client-{n}" for n in range(1, self.world._clients + 1)]
-        side = [f"broker-{broker}"]
-        self.world.network.cut(side, others)
-        clients = " and the clients" if with_clients else ""
-        self.note(
-            f"partition broker {broker} from the other brokers{clients} (for {until - self.world.loop.time():.3f} s)"
-        )
-
-        def heal() -> None:
-            self.world.network.heal(side, others)
-            self.note(f"heal the partition of broker {broker}")
-
-        return _Active(FaultKind.PARTITION, broker, until, heal)
+        return self._cut_from_brokers(broker, until, with_clients=self.rng.random() < 0.5)
 
     def _start_zk_disconnect(self, broker: int, until: float) -> _Active | None:
         client = self.world.brokers[broker].zk_client
@@ -180,14 +176,7 @@ class FaultInjector:
             zookeeper.disconnect(session)
             self.note(f"drop broker {broker}'s ZooKeeper connection")
             return _Active(FaultKind.ZK_DISCONNECT, broker, self.world.loop.time(), lambda: None)
-        zookeeper.isolate(client)
-        self.note(f"cut broker {broker} off ZooKeeper (for {until - self.world.loop.time():.3f} s)")
-
-        def heal() -> None:
-            zookeeper.heal(client)
-            self.note(f"reconnect broker {broker} to ZooKeeper")
-
-        return _Active(FaultKind.ZK_DISCONNECT, broker, until, heal)
+        return self._isolate_from_zookeeper(broker, until)
 
     def _start_zk_expire(self, broker: int, until: float) -> _Active | None:
         session = _session_of(self.world.brokers[broker].zk_client)
@@ -231,6 +220,128 @@ class FaultInjector:
 
         return _Active(FaultKind.ZK_LOST_ANSWER, None, until, heal)
 
+    def _start_stall(self, broker: int, until: float) -> _Active | None:
+        network = self.world.network
+        node = f"broker-{broker}"
+        flows = [
+            c for c in network.connections if c.server.node == node and c.client.node.startswith("client-")
+        ]
+        flows = [c for c in flows if not c.client.closed]
+        if not flows:
+            return None
+        connection = self.rng.choice(flows)
+        network.stall(connection, until - self.world.loop.time())
+        self.note(f"stall {connection} (for {until - self.world.loop.time():.3f} s)")
+        return _Active(FaultKind.STALL, broker, until, lambda: network.unstall(connection))
+
+    def _start_isr_lost_answer(self, broker: int, until: float) -> _Active | None:
+        zookeeper = self.world.zookeeper
+        session = _session_of(self.world.brokers[broker].zk_client)
+        if session is None:
+            return None
+
+        def expands(_: int, request: Any) -> bool:
+            return bool(_isr_change(self.world, broker, request)[0])
+
+        def fired(_: int, request: Any) -> None:
+            joiners, others = _isr_change(self.world, broker, request)
+            self.note(f"lost the answer to broker {broker}'s ISR expand {request.path} (joiners {joiners})")
+            self._expand_race(broker, joiners[0], others)
+
+        rule = zookeeper.inject(
+            "drop",
+            "after",
+            kind="set",
+            path_suffix="/state",
+            session=session,
+            condition=expands,
+            on_fire=fired,
+        )
+        self.note(f"drop broker {broker}'s ZooKeeper connection after its next ISR expand")
+
+        def forget() -> None:
+            if rule in zookeeper.rules:
+                zookeeper.rules.remove(rule)
+
+        return _Active(FaultKind.ISR_LOST_ANSWER, broker, until, forget)
+
+    def _expand_race(self, leader: int, joiner: int, others: list[int]) -> None:
+        """An ISR expand's answer was lost: maybe (each a coin) the joiner falls behind (paused),
+        the leader stays away from ZooKeeper (so it re-sends late), another follower leaves (a
+        controlled shutdown, or a crash its session does not outlive) so that the controller
+        rewrites the ISR, and the leader is cut off from the other brokers meanwhile (so the
+        controller's LeaderAndIsr comes after the re-send): issue 18's window 1, a landed expand
+        refused on its re-send."""
+        now = self.world.loop.time()
+        rng = self.rng
+        if rng.random() < 0.8 and joiner in self._undisturbed([joiner]):
+            self.active.append(self._start_pause(joiner, now + rng.uniform(1.0, 4.0)))
+        away = rng.uniform(0.5, 3.0)
+        if rng.random() < 0.7:
+            fault = self._isolate_from_zookeeper(leader, now + away)
+            if fault is not None:
+                self.active.append(fault)
+        running = self._undisturbed(others)
+        if not running or rng.random() >= 0.7:
+            return
+        follower = rng.choice(running)
+        leave = rng.choice(("shutdown", "crash"))
+        cut = rng.random() < 0.5
+        delay = rng.uniform(0.05, 1.0)
+        back = rng.uniform(2.0, 6.0)
+
+        def remove() -> None:
+            if not self._undisturbed([follower]):
+                return
+            at = self.world.loop.time()
+            if leave == "shutdown":
+                self.active.append(self._start_shutdown(follower, at + back))
+            else:  # its session goes at once, as if the host's ZooKeeper connection closed
+                session = _session_of(self.world.brokers[follower].zk_client)
+                self.active.append(self._start_crash(follower, at + back))
+                if session is not None:
+                    self.world.zookeeper.expire(session)
+                    self.note(f"expire broker {follower}'s ZooKeeper session")
+            if cut and self.world.brokers[leader].running:
+                self.active.append(self._cut_from_brokers(leader, at + away))
+
+        self._timers.append(self.world.loop.call_later(delay, remove))
+
+    def _undisturbed(self, brokers: Iterable[int]) -> list[int]:
+        disturbed = {f.broker for f in self.active if f.kind in DISTURBING}
+        return [b for b in brokers if self.world.brokers[b].running and b not in disturbed]
+
+    def _isolate_from_zookeeper(self, broker: int, until: float) -> _Active | None:
+        client = self.world.brokers[broker].zk_client
+        if client is None:
+            return None
+        zookeeper = self.world.zookeeper
+        zookeeper.isolate(client)
+        self.note(f"cut broker {broker} off ZooKeeper (for {until - self.world.loop.time():.3f} s)")
+
+        def heal() -> None:
+            zookeeper.heal(client)
+            self.note(f"reconnect broker {broker} to ZooKeeper")
+
+        return _Active(FaultKind.ZK_DISCONNECT, broker, until, heal)
+
+    def _cut_from_brokers(self, broker: int, until: float, with_clients: bool = False) -> _Active:
+        others = [f"broker-{b}" for b in sorted(self.world.brokers) if b != broker]
+        if with_clients:
+            others += [f"client-{n}" for n in range(1, self.world._clients + 1)]
+        side = [f"broker-{broker}"]
+        self.world.network.cut(side, others)
+        clients = " and the clients" if with_clients else ""
+        self.note(
+            f"partition broker {broker} from the other brokers{clients} (for {until - self.world.loop.time():.3f} s)"
+        )
+
+        def heal() -> None:
+            self.world.network.heal(side, others)
+            self.note(f"heal the partition of broker {broker}")
+
+        return _Active(FaultKind.PARTITION, broker, until, heal)
+
     def _start_shutdown(self, broker: int, until: float) -> _Active:
         self.note(f"controlled shutdown of broker {broker} (for {until - self.world.loop.time():.3f} s)")
         task = asyncio.get_running_loop().create_task(
@@ -244,6 +355,10 @@ class FaultInjector:
         if fault.task is not None:
             try:
                 await fault.task
+            except asyncio.CancelledError:
+                if not fault.task.cancelled():
+                    raise  # this task's own cancellation
+                self.note(f"{fault.kind.value} of broker {fault.broker} was cancelled")
             except Exception as exc:  # noqa: BLE001 - recorded: the broker is restarted anyway
                 self.note(f"{fault.kind.value} of broker {fault.broker} failed: {exc!r}")
         outcome = fault.heal()
@@ -272,6 +387,8 @@ class FaultInjector:
         """End every fault now and wait for the restarts they started. A fault's own work (a
         controlled shutdown) that has not ended ``within_s`` virtual seconds after every other
         fault healed raises TimeoutError."""
+        for timer in self._timers:
+            timer.cancel()
         while self.active:
             ready = [f for f in self.active if f.task is None or f.task.done()]
             for fault in ready:
@@ -295,6 +412,23 @@ class FaultInjector:
 def _session_of(client: object) -> int | None:
     client_id = getattr(client, "client_id", None)
     return client_id[0] if client_id else None
+
+
+def _isr_change(world: World, broker: int, request: Any) -> tuple[list[int], list[int]]:
+    """The replicas a state znode write adds to the ISR the broker's partition holds now, and the
+    other replicas of the new ISR (the leader aside)."""
+    try:
+        state = json.loads(request.ops[0].value)
+        topic, partition = request.path.split("/")[3], int(request.path.split("/")[5])
+    except (ValueError, IndexError, AttributeError):
+        return [], []
+    rm = getattr(world.brokers[broker].server, "replica_manager", None)
+    held = rm.partitions.get((topic, partition)) if rm is not None else None
+    if held is None:
+        return [], []
+    isr = set(state.get("isr", ())) - {broker}
+    joiners = sorted(isr - set(held.isr))
+    return joiners, sorted(isr - set(joiners))
 
 
 def _dead(world: World, brokers: Iterable[int]) -> list[int]:

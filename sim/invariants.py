@@ -22,6 +22,9 @@ The invariants, by name:
   ``/controller_epoch``;
 * ``one-controller-per-epoch``: every controller request any broker receives with a given
   controller epoch comes from the same controller;
+* ``producer-order``: below the current leader's HW, each producer's records stand in the
+  order the producer took them (an idempotent producer's guarantee, KIP-98), whether their
+  sends succeeded or failed (a failed record may be in the log, but not after a later one);
 * ``no-stale-request``: a broker never applies a LeaderAndIsr, UpdateMetadata or StopReplica of
   a controller epoch older than one it applied before (in this incarnation), nor one addressed to
   an older broker epoch (KIP-380) than its current one.
@@ -41,10 +44,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from client.protocol.records import decode_records, iter_batches
 from client.types import TopicPartition
 from sim.broker_process import ProcessState
 from sim.errors import SimulationError
+from sim.log_reading import batches_below, first_difference, records_below
+from sim.producer_order import out_of_send_order
 from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH
 
 if TYPE_CHECKING:
@@ -59,6 +63,7 @@ HW_WITHIN_ISR = "hw-within-isr"
 LEADER_EPOCHS = "leader-epochs"
 ONE_CONTROLLER_PER_EPOCH = "one-controller-per-epoch"
 NO_STALE_REQUEST = "no-stale-request"
+PRODUCER_ORDER = "producer-order"
 LIVENESS = "liveness"
 NO_SPIN = "no-spin"
 #: Every invariant, in the order they are checked and reported.
@@ -69,10 +74,10 @@ ALL_INVARIANTS = (
     LEADER_EPOCHS,
     ONE_CONTROLLER_PER_EPOCH,
     NO_STALE_REQUEST,
+    PRODUCER_ORDER,
     LIVENESS,
     NO_SPIN,
 )
-_READ_BYTES = 1 << 20
 
 
 class InvariantViolation(SimulationError):
@@ -215,6 +220,7 @@ class Invariants:
             self._check_acked(values=full)
             if full:
                 self._check_identical()
+                self._check_producer_order()
         except InvariantViolation as violation:
             self._record(violation)
 
@@ -406,7 +412,7 @@ class Invariants:
     def _check_values(
         self, topic: str, partition: int, leader: int, log_: Log, offsets: dict[int, bytes]
     ) -> None:
-        held = {record.offset: record.value for record in _records(log_, log_.log_end_offset)}
+        held = {record.offset: record.value for record in records_below(log_, log_.log_end_offset)}
         for offset, value in sorted(offsets.items()):
             if held.get(offset) != value:
                 raise InvariantViolation(
@@ -429,7 +435,9 @@ class Invariants:
                 if log_ is not None:
                     hosted.setdefault(tp, []).append((broker_id, log_))
         for tp, replicas in sorted(hosted.items()):
-            batches = [(b, log_.high_watermark, _batches(log_, log_.high_watermark)) for b, log_ in replicas]
+            batches = [
+                (b, log_.high_watermark, batches_below(log_, log_.high_watermark)) for b, log_ in replicas
+            ]
             for i, (a, hw_a, batches_a) in enumerate(batches):
                 for b, hw_b, batches_b in batches[i + 1 :]:
                     bound = min(hw_a, hw_b)
@@ -439,8 +447,21 @@ class Invariants:
                         raise InvariantViolation(
                             REPLICAS_IDENTICAL,
                             f"brokers {a} and {b} differ below HW {bound} of {tp.topic}-{tp.partition}: "
-                            f"{_first_difference(left, right)}",
+                            f"{first_difference(left, right)}",
                         )
+
+    def _check_producer_order(self) -> None:
+        if PRODUCER_ORDER not in self.enabled:
+            return
+        for topic, partition in sorted(self._zk):
+            found = None if self._deleting(topic) else self._current_leader_log(topic, partition)
+            if found is None:
+                continue
+            leader, log_ = found
+            records = ((r.offset, r.value) for r in records_below(log_, log_.high_watermark))
+            problem = out_of_send_order(records, self.ledger)
+            if problem is not None:
+                raise InvariantViolation(PRODUCER_ORDER, f"{topic}-{partition} on leader {leader}: {problem}")
 
     def check_final(self) -> None:
         """At the end of a run, faults healed and clients settled: everything, and every
@@ -451,40 +472,3 @@ class Invariants:
                 self._check_acked(values=False, below_hw=True)
             except InvariantViolation as violation:
                 self._record(violation)
-
-
-def _batches(log_: Log, end: int) -> list[tuple[int, int, bytes]]:
-    """(base offset, last offset, bytes) of every batch wholly below ``end``."""
-    out: list[tuple[int, int, bytes]] = []
-    offset = log_.log_start_offset
-    while offset < end:
-        data = bytes(log_.read(offset, _READ_BYTES, max_offset=end).records)
-        if not data:
-            break
-        for position, header in iter_batches(data):
-            last = header.base_offset + header.last_offset_delta
-            if header.base_offset >= offset:
-                out.append((header.base_offset, last, data[position : position + header.size]))
-            offset = last + 1
-    return out
-
-
-def _records(log_: Log, end: int) -> Iterable[Any]:
-    offset = log_.log_start_offset
-    while offset < end:
-        data = log_.read(offset, _READ_BYTES, max_offset=end).records
-        if not data:
-            return
-        last = offset
-        for _, record in decode_records(data):
-            if record.offset >= offset:
-                yield record
-            last = record.offset
-        offset = last + 1
-
-
-def _first_difference(left: list[tuple[int, int, bytes]], right: list[tuple[int, int, bytes]]) -> str:
-    for x, y in zip(left, right, strict=False):
-        if x != y:
-            return f"batch {x[0]}..{x[1]} ({len(x[2])} bytes) vs {y[0]}..{y[1]} ({len(y[2])} bytes)"
-    return f"{len(left)} batches vs {len(right)}"

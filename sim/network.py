@@ -20,6 +20,9 @@ The model:
   :meth:`SimNetwork.break_connection`, or at random per write with ``NetworkConfig.break_rate``;
   both ends see ``connection_lost(ConnectionResetError)``, and every request in flight on the
   client side fails with ``ConnectionClosed`` (NETWORK_EXCEPTION), as on a real reset.
+* **Stalls** of one connection (:meth:`SimNetwork.stall`): what its client writes is held for a
+  while and then delivered in order, even after the client closed the connection (the FIN comes
+  after it); other connections between the same nodes are not held.
 * **Partitions** of any set of links (:meth:`SimNetwork.cut`, :meth:`SimNetwork.heal`): bytes on a
   cut link wait (TCP retransmits) and are delivered after the heal, so requests across it hang
   until their own timeouts; a connection attempt across it gets no answer (its SYNs are lost,
@@ -90,6 +93,7 @@ class _Pipe:
         self.queue: deque[tuple[float, int, Any]] = deque()  # (due, kind, payload)
         self.last_due = 0.0
         self.timer: asyncio.TimerHandle | None = None
+        self.held_until = 0.0  # a stall (:meth:`SimNetwork.stall`): nothing delivered before
 
 
 class SimConnection:
@@ -327,13 +331,16 @@ class SimNetwork:
     def _arm(self, pipe: _Pipe) -> None:
         if not self.link_up(pipe.source.node, pipe.target.node):
             return  # held until the heal
-        due = max(pipe.queue[0][0], self.loop.time())
+        due = max(pipe.queue[0][0], self.loop.time(), pipe.held_until)
         pipe.timer = self.loop.call_at(due, self._deliver, pipe, context=pipe.target.context)
 
     def _deliver(self, pipe: _Pipe) -> None:
         pipe.timer = None
         now = self.loop.time()
         if not self.link_up(pipe.source.node, pipe.target.node):
+            return
+        if now < pipe.held_until:
+            self._arm(pipe)
             return
         target = pipe.target
         while pipe.queue and pipe.queue[0][0] <= now and not target.closed:
@@ -387,6 +394,23 @@ class SimNetwork:
                 reset = ConnectionResetError(104, "Connection reset by peer")
                 self.loop.call_soon(_connection_lost, end, reset, context=end.context)
         self._forget_if_done(connection)
+
+    def stall(self, connection: SimConnection, seconds: float) -> None:
+        """Hold what the client writes on ``connection`` for ``seconds`` (TCP's retransmission
+        backoff on one flow after a lost segment): its requests reach the server late, in order,
+        even after the client gave up and closed it, while new connections flow freely."""
+        self._hold(connection.up, max(connection.up.held_until, self.loop.time() + seconds))
+
+    def unstall(self, connection: SimConnection) -> None:
+        self._hold(connection.up, 0.0)
+
+    def _hold(self, pipe: _Pipe, until: float) -> None:
+        pipe.held_until = until
+        if pipe.timer is not None:
+            pipe.timer.cancel()
+            pipe.timer = None
+        if pipe.queue:
+            self._arm(pipe)
 
     def kill_node(self, node: str) -> None:
         """The node's process died: its listeners go, its peers get what it wrote, then a FIN;

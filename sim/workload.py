@@ -45,6 +45,14 @@ PRODUCER_SETTINGS: dict[str, Any] = {
     "max_block_ms": 10000,
     "metadata_max_age_ms": 5000,
 }
+#: An impatient producer: Kafka's smallest delivery timeout (linger + request timeout, rounded up),
+#: so a batch whose request is held somewhere fails for good while the request may still land:
+#: the producer's epoch bump (KIP-360) must then fence the late request.
+IMPATIENT_SETTINGS: dict[str, Any] = {
+    **PRODUCER_SETTINGS,
+    "request_timeout_ms": 1000,
+    "delivery_timeout_ms": 1500,
+}
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class Ledger:
     #: acknowledgements that named an offset already acknowledged with another value
     conflicts: list[tuple[Ack, bytes]] = field(default_factory=list)
     deleted_topics: set[str] = field(default_factory=set)
+    #: value -> (producer index, the record's rank in that producer's appends): its send order
+    ranks: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    appended: dict[int, int] = field(default_factory=dict)  # producer index -> records appended
     sent: int = 0
     acks: int = 0
     in_flight: int = 0
@@ -84,6 +95,12 @@ class Ledger:
         key = (ack.topic, ack.partition)
         self.last_acked[key] = max(ack.offset, self.last_acked.get(key, -1))
 
+    def record_append(self, producer: int, value: bytes) -> None:
+        """The producer took the record into a batch: its place in the producer's send order."""
+        rank = self.appended.get(producer, 0)
+        self.appended[producer] = rank + 1
+        self.ranks[value] = (producer, rank)
+
     def forget_topic(self, topic: str) -> None:
         """A deletion was asked for: the topic's records may go at any moment from now on."""
         self.deleted_topics.add(topic)
@@ -95,6 +112,7 @@ class Ledger:
 @dataclass(frozen=True)
 class WorkloadConfig:
     producers: int = 2
+    impatient_producers: int = 1  # more producers, with IMPATIENT_SETTINGS
     topics: int = 1  # topics created at the start (each keeps its acknowledged records checked)
     partitions: tuple[int, int] = (1, 3)  # drawn per topic
     replication_factor: int = 3
@@ -128,6 +146,8 @@ class Workload:
             await self._create_topic()
         for _ in range(self.config.producers):
             self.producers.append(await self.world.producer(**PRODUCER_SETTINGS))
+        for _ in range(self.config.impatient_producers):
+            self.producers.append(await self.world.producer(**IMPATIENT_SETTINGS))
 
     async def _create_topic(self) -> str | None:
         assert self.admin is not None
@@ -165,11 +185,13 @@ class Workload:
         value = b"p%d-%d" % (index, self._sequence)
         self.ledger.sent += 1
         self.ledger.in_flight += 1
-        self._spawn(self._produce(self.producers[index], topic, partition, value), "produce")
+        self._spawn(self._produce(index, topic, partition, value), "produce")
 
-    async def _produce(self, producer: Producer, topic: str, partition: int, value: bytes) -> None:
+    async def _produce(self, index: int, topic: str, partition: int, value: bytes) -> None:
         try:
-            metadata = await producer.send_and_wait(topic, value, partition=partition)
+            future = await self.producers[index].send(topic, value, partition=partition)
+            self.ledger.record_append(index, value)  # no await since the append: its order
+            metadata = await future
         except (KafkaError, OSError, TimeoutError, RuntimeError) as exc:
             self.ledger.failures.append((topic, partition, value, f"{type(exc).__name__}: {exc}"))
         else:

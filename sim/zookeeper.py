@@ -88,12 +88,19 @@ class FaultRule:
     path: str | None = None
     session: int | None = None
     count: int = 1
+    path_suffix: str | None = None  # e.g. "/state": any partition's state znode
+    #: a further condition on the request (an aimed fault: "an ISR write that adds a replica")
+    condition: Callable[[int, Request], bool] | None = None
+    #: called with the session and the request when the rule fires (a composite fault's trigger)
+    on_fire: Callable[[int, Request], None] | None = None
 
     def matches(self, session: int, request: Request) -> bool:
         return (
             self.kind in (None, request.kind)
             and self.path in (None, request.path)
+            and (self.path_suffix is None or request.path.endswith(self.path_suffix))
             and self.session in (None, session)
+            and (self.condition is None or self.condition(session, request))
         )
 
 
@@ -219,6 +226,8 @@ class ZooKeeperServer:
                 rule.count -= 1
                 if rule.count == 0:
                     self.rules.remove(rule)
+                    if rule.on_fire is not None:
+                        rule.on_fire(session, request)
                     return rule.action
                 return None
         rates = self.faults

@@ -22,6 +22,7 @@ import controller.controller as controller_module
 from broker.replica.leader_and_isr import LeaderAndIsrHandler
 from broker.replica.partition import Partition
 from broker.replica.truncation import TruncationDecision
+from client.producer.idempotence import IdempotenceManager
 from client.protocol.errors import ErrorCode
 from controller.controller_election import ElectionWin
 from controller.event_manager import ControllerEventManager
@@ -34,6 +35,7 @@ from sim.invariants import (
     NO_SPIN,
     NO_STALE_REQUEST,
     ONE_CONTROLLER_PER_EPOCH,
+    PRODUCER_ORDER,
     REPLICAS_IDENTICAL,
 )
 from sim.sweep import ScheduleConfig, ScheduleResult, run_schedule
@@ -130,22 +132,34 @@ def hw_ignores_lagging_isr_members(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Partition, "high_watermark_candidate", candidate)
 
 
+def producers_take_a_new_id_after_a_doubtful_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer takes a new producer id instead of bumping its epoch (the client before
+    KIP-360, issue 18's window 10): nothing fences the failed batch's late request."""
+    original = IdempotenceManager.init_producer_id
+
+    async def fresh(self: IdempotenceManager, producer_id: int = -1, producer_epoch: int = -1) -> object:
+        return await original(self)
+
+    monkeypatch.setattr(IdempotenceManager, "init_producer_id", fresh)
+
+
 #: invariant -> (the planted bug, the seeds whose schedules catch it)
 CASES: dict[str, tuple[Plant, list[int]]] = {
     ACKED_ON_LEADER: (hw_is_the_leader_leo, [0]),
-    REPLICAS_IDENTICAL: (followers_never_truncate, [2]),
-    HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [0]),
+    REPLICAS_IDENTICAL: (followers_never_truncate, [1]),
+    HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [3]),
     LEADER_EPOCHS: (elections_lower_the_leader_epoch, [0]),
-    ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [0]),
-    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [3]),
+    ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [1]),
+    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
+    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [4]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
 }
 
 #: More planted bugs: the HW over the in-memory ISR only is the issue's own example (the HW past
-#: an ISR expansion whose write landed in ZooKeeper while its answer was lost: seed 77, step 61).
+#: an ISR expansion whose write landed in ZooKeeper while its answer was lost: seed 52, step 59).
 MORE_CASES: list[tuple[str, Plant, list[int]]] = [
-    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [77]),
+    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [52]),
 ]
 PLANTED = [(invariant, plant, seeds) for invariant, (plant, seeds) in sorted(CASES.items())] + MORE_CASES
 

@@ -12,6 +12,7 @@ docs/benchmarks.md, never asserted.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -20,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import build_cli
+from sim.faults import parse_kinds
 from sim.invariants import NO_SPIN, REPLICAS_IDENTICAL
 from sim.sweep import ScheduleConfig, run_schedule, sweep
 from tests.sim.test_invariants import CASES, CONFIG
@@ -128,3 +130,18 @@ def test_a_duration_bounds_a_schedule_in_virtual_time() -> None:
     assert result.ok, result.report()
     assert result.virtual_seconds >= 5.0
     assert "--duration 5" in result.replay
+
+
+def test_the_aimed_isr_fault_loses_an_expands_answer_and_pauses_its_joiner() -> None:
+    """``isr-lost-answer`` waits for the broker's next ISR expand, loses its answer after it
+    landed, and pauses the joiner it added (so the other followers run ahead of it) and keeps the
+    leader away from ZooKeeper: issue 18's window 1 needs that interleaving (today's code holds)."""
+    config = replace(CONFIG, faults=parse_kinds("pause,isr-lost-answer"), fault_rate=0.15)
+    result = run_schedule(1, config)
+    assert result.ok, result.report()
+    history = "\n".join(result.history)
+    lost = re.search(r"lost the answer to broker (\d)'s ISR expand \S+ \(joiners \[(\d)\]\)", history)
+    assert lost is not None, history
+    leader, joiner = lost.groups()
+    after = history[lost.end() :]
+    assert f"pause broker {joiner}" in after and f"cut broker {leader} off ZooKeeper" in after, history

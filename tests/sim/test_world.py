@@ -257,3 +257,30 @@ def test_segment_rolls_flush_on_the_loop_not_on_a_real_thread() -> None:
     first = simulate(rolls, seed=5, props=props)
     assert first.result >= 3, f"only {first.result} segments: the test must roll"
     assert simulate(rolls, seed=5, props=props).trace_hash == first.trace_hash
+
+
+def test_a_stalled_connection_delivers_late_and_in_order_while_new_connections_flow() -> None:
+    """TCP's retransmission backoff on one flow: a request on a stalled connection times out at
+    the client, which closes it and carries on over a new connection at once; the stalled bytes,
+    and then the FIN, still reach the broker when the stall ends (what a producer gave up on can
+    land after its later requests: the simulator's ``stall`` fault)."""
+
+    async def main(world: World) -> None:
+        network = world.network
+        connect = network.connector("client-x")
+        old = await connect("broker-1.sim", PORT, timeout=5.0)
+        (stalled,) = [c for c in network.connections if c.client.protocol is old]
+        network.stall(stalled, 10.0)
+        with pytest.raises(KafkaError) as timed_out:
+            await old.request(ApiKey.API_VERSIONS, {}, 1.0)
+        assert timed_out.value.code == ErrorCode.REQUEST_TIMED_OUT
+        old.close()
+        new = await connect("broker-1.sim", PORT, timeout=5.0)
+        assert (await new.request(ApiKey.API_VERSIONS, {}, 2.0))["api_keys"]
+        assert world.loop.time() - stalled.up.held_until < 0  # the stall still holds
+        assert stalled.up.queue and not stalled.server.closed  # the request and the FIN wait
+        await world.wait_for(lambda: stalled.server.closed, "the stalled FIN reaching broker 1", within_s=15)
+        assert not stalled.up.queue
+        assert world.loop.time() >= stalled.up.held_until
+
+    simulate(main, seed=5)
