@@ -65,6 +65,7 @@ class KafkaApis:
             ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
@@ -292,6 +293,37 @@ class KafkaApis:
                 deleting, body["timeout_ms"], lambda t: not self.metadata_cache.contains_topic(t)
             )
         request.respond({"topics": results})
+
+    async def handle_create_partitions(self, request: Request) -> None:
+        """CreatePartitions (KIP-195) at any broker: the topic's assignment znode grows and the
+        controller's partition-modifications watch starts the new partitions; the answer waits
+        (bounded) until this broker's metadata shows them led."""
+        body = request.body
+        results, grown = [], {}
+        for spec in body["topics"]:
+            name = spec["name"]
+            assignments = spec["assignments"]
+            try:
+                await topic_admin.add_partitions(
+                    self.zk,
+                    name,
+                    spec["count"],
+                    self.rng,
+                    None if assignments is None else [a["broker_ids"] for a in assignments],
+                    validate_only=body["validate_only"],
+                )
+            except KafkaError as exc:
+                results.append({"name": name, "error_code": exc.code, "error_message": exc.message})
+                continue
+            results.append({"name": name, "error_code": ErrorCode.NONE, "error_message": None})
+            grown[name] = spec["count"]
+        if grown and not body["validate_only"]:
+            await self._await_metadata(
+                list(grown),
+                body["timeout_ms"],
+                lambda t: self._topic_ready(t) and len(self.metadata_cache.partitions.get(t, ())) >= grown[t],
+            )
+        request.respond({"results": results})
 
     async def handle_describe_configs(self, request: Request) -> None:
         """DescribeConfigs (KIP-133): topics from any broker, a broker's static config from itself

@@ -1,4 +1,8 @@
-"""``floodmark topics create|list|describe|delete``, printing what kafka-topics.sh prints.
+"""``floodmark topics create|list|describe|alter|delete``, printing what kafka-topics.sh prints.
+
+``alter --partitions N`` adds partitions (CreatePartitions, KIP-195); ``--replica-assignment``
+takes kafka-topics.sh's form (``1:2,2:3,3:1``: partitions by comma, their brokers by colon) for
+every partition, the existing ones included, and sends the new ones, as TopicCommand does.
 
 ``describe`` uses Kafka's text layout (a header line per topic with its overrides as
 ``Configs: k=v,k2=v2``, read by DescribeConfigs as TopicCommand does; then one tab-indented line
@@ -93,6 +97,73 @@ async def _create(
     finally:
         await close_quietly(admin)
     return True
+
+
+# -- alter ---------------------------------------------------------------------------------------
+
+
+@topics.command()
+@bootstrap_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option(
+    "--partitions", type=click.IntRange(min=1), required=True, help="The new, larger partition count."
+)
+@click.option(
+    "--replica-assignment",
+    default=None,
+    metavar="B:B,B:B,...",
+    help="Brokers of every partition (existing ones first), partitions by comma, replicas by colon.",
+)
+@click.option("--timeout-ms", type=click.IntRange(min=1), default=30000, show_default=True)
+def alter(
+    bootstrap_server: str | None, topic: str, partitions: int, replica_assignment: str | None, timeout_ms: int
+) -> None:
+    """Add partitions to a topic (a partition count only grows)."""
+    listed = parse_replica_assignment(replica_assignment) if replica_assignment is not None else None
+    if listed is not None and len(listed) != partitions:
+        raise click.UsageError(
+            f"--replica-assignment lists {len(listed)} partition(s) but --partitions is {partitions}"
+        )
+    bootstrap = resolve_bootstrap(bootstrap_server)
+    run(_alter(bootstrap, topic, partitions, listed, timeout_ms))
+    click.echo(
+        "WARNING: If partitions are increased for a topic that has a key, the partition logic or "
+        "ordering of the messages will be affected"
+    )
+    click.echo("Adding partitions succeeded!")
+
+
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """kafka-topics.sh's ``--replica-assignment``: ``1:2,2:3`` -> [[1, 2], [2, 3]]."""
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a list of broker ids such as 1:2,2:3", param_hint="--replica-assignment"
+        ) from None
+
+
+async def _alter(
+    bootstrap: str, topic: str, partitions: int, listed: list[list[int]] | None, timeout_ms: int
+) -> None:
+    from client.admin import AdminClient
+    from client.protocol.errors import ErrorCode, KafkaError
+
+    admin = AdminClient(bootstrap)
+    try:
+        await admin.start()
+        assignments = None
+        if listed is not None:
+            (description,) = await admin.describe_topics([topic])
+            if getattr(description, "error_code", 0):
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
+            assignments = {topic: listed[len(description.partitions) :]}
+        results = await admin.create_partitions({topic: partitions}, assignments, timeout_ms)
+    finally:
+        await close_quietly(admin)
+    error = results.get(topic)
+    if error is not None:
+        raise error
 
 
 # -- list ----------------------------------------------------------------------------------------

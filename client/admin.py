@@ -139,6 +139,47 @@ class AdminClient:
         if error is not None:
             raise error
 
+    async def create_partitions(
+        self,
+        totals: dict[str, int],
+        assignments: dict[str, list[list[int]]] | None = None,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, KafkaError | None]:
+        """Grow each topic to ``totals[topic]`` partitions (Kafka's ``createPartitions`` with
+        ``NewPartitions.increaseTo``, KIP-195); ``assignments[topic]`` lists the replicas of each
+        new partition, in order (default: the broker places them). Name -> None or the error."""
+        assignments = assignments or {}
+        entries = {
+            name: {
+                "name": name,
+                "count": count,
+                "assignments": (
+                    None
+                    if name not in assignments
+                    else [{"broker_ids": list(replicas)} for replicas in assignments[name]]
+                ),
+            }
+            for name, count in totals.items()
+        }
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        results = await self._to_controller(
+            ApiKey.CREATE_PARTITIONS,
+            entries,
+            lambda items, remaining: {
+                "topics": items,
+                "timeout_ms": remaining,
+                "validate_only": validate_only,
+            },
+            "create partitions of",
+            deadline,
+            items="results",
+        )
+        grown = {name: totals[name] for name, error in results.items() if error is None}
+        if grown and not validate_only:
+            await self._await_leaders(sorted(grown), deadline, grown)
+        return results
+
     async def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         loop = asyncio.get_running_loop()
         return await self._to_controller(
@@ -154,7 +195,9 @@ class AdminClient:
         if error is not None:
             raise error
 
-    async def _to_controller(self, api: ApiKey, entries: dict, make_body, what: str, deadline: float) -> dict:
+    async def _to_controller(
+        self, api: ApiKey, entries: dict, make_body, what: str, deadline: float, items: str = "topics"
+    ) -> dict:
         """Send ``entries`` (name -> request item) to the controller, retrying the ones that got
         NOT_CONTROLLER or lost their connection. Returns name -> None | KafkaError."""
         loop = asyncio.get_running_loop()
@@ -183,7 +226,7 @@ class AdminClient:
                 await asyncio.sleep(self.retry_backoff_ms / 1000)
                 continue
             retry = False
-            for item in response["topics"]:
+            for item in response[items]:
                 name = item["name"]
                 if name not in pending:
                     continue
@@ -202,7 +245,7 @@ class AdminClient:
                 else:
                     results[name] = error
                     del pending[name]
-            missing = [name for name in pending if name not in {i["name"] for i in response["topics"]}]
+            missing = [name for name in pending if name not in {i["name"] for i in response[items]}]
             for name in missing:
                 results[name] = KafkaError(
                     ErrorCode.UNKNOWN_SERVER_ERROR, f"{what} {name!r}: not in the response"
@@ -221,8 +264,13 @@ class AdminClient:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is known to the brokers right now")
         return await self._cluster.connection(controller)
 
-    async def _await_leaders(self, names: list[str], deadline: float) -> None:
+    async def _await_leaders(
+        self, names: list[str], deadline: float, counts: dict[str, int] | None = None
+    ) -> None:
+        """Until every topic of ``names`` has a leader for each partition (and at least
+        ``counts[name]`` partitions), or the deadline."""
         loop = asyncio.get_running_loop()
+        counts = counts or {}
         waiting = set(names)
         while waiting:
             try:
@@ -235,6 +283,7 @@ class AdminClient:
                     if (
                         topic["error_code"] == ErrorCode.NONE
                         and parts
+                        and len(parts) >= counts.get(topic["topic"], 0)
                         and all(p["leader"] >= 0 for p in parts)
                     ):
                         waiting.discard(topic["topic"])

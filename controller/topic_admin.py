@@ -232,40 +232,52 @@ async def add_partitions(
     topic: str,
     new_total: int,
     rng: random.Random,
-    assignment_of_new: dict[int, list[int]] | None = None,
+    assignment_of_new: Sequence[Sequence[int]] | None = None,
+    validate_only: bool = False,
 ) -> dict[int, list[int]]:
-    """Grow a topic to ``new_total`` partitions (never shrink). The new partitions are placed
-    continuing the existing layout unless ``assignment_of_new`` is given. Returns the new ones."""
+    """Grow a topic to ``new_total`` partitions (Kafka's AdminZkClient.addPartitions behind
+    CreatePartitions, KIP-195; a count never shrinks). The new partitions are placed continuing the
+    existing layout unless ``assignment_of_new`` gives their replica lists, in partition order.
+    Everything is checked before anything is written; ``validate_only`` writes nothing. Returns
+    the new partitions' assignment."""
     got = await zk.get(topic_path(topic))
     if got is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
+    if await zk.exists(delete_topic_path(topic)):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{topic}' is marked for deletion.")
     data, stat = got
     existing = decode_topic_assignment(data)
-    if new_total <= len(existing):
+    if new_total < len(existing):
         raise KafkaError(
             ErrorCode.INVALID_PARTITIONS,
-            f"Topic currently has {len(existing)} partitions, {new_total} would not be an increase.",
+            f"Topic currently has {len(existing)} partitions, which is higher than the requested {new_total}.",
         )
+    if new_total == len(existing):
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {len(existing)} partitions.")
     brokers = await live_broker_ids(zk)
     rf = len(existing[0])
+    added = new_total - len(existing)
     if assignment_of_new is None:
         start = placement.start_index_for_new_partitions(brokers, existing[0])
-        assignment_of_new = placement.assign_replicas(
-            brokers,
-            new_total - len(existing),
-            rf,
-            rng,
-            fixed_start_index=start,
-            start_partition_id=len(existing),
+        new = placement.assign_replicas(
+            brokers, added, rf, rng, fixed_start_index=start, start_partition_id=len(existing)
         )
-    validate_assignment(assignment_of_new, brokers, first_partition=len(existing), replication_factor=rf)
-    await check_file_budget(zk, assignment_of_new)
+    else:
+        if len(assignment_of_new) != added:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {added} but {len(assignment_of_new)} "
+                "assignments provided.",
+            )
+        new = {len(existing) + i: list(replicas) for i, replicas in enumerate(assignment_of_new)}
+    validate_assignment(new, brokers, first_partition=len(existing), replication_factor=rf)
+    await check_file_budget(zk, new)
+    if validate_only:
+        return new
     try:
-        await zk.set(
-            topic_path(topic), encode_topic_assignment({**existing, **assignment_of_new}), stat.version
-        )
+        await zk.set(topic_path(topic), encode_topic_assignment({**existing, **new}), stat.version)
     except BadVersionError:
         raise KafkaError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Topic '{topic}' changed concurrently."
         ) from None
-    return assignment_of_new
+    return new

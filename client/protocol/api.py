@@ -290,6 +290,19 @@ REQUESTS: dict[ApiKey, Any] = {
         ),
         "validate_only": Opt("bool", False),
     },
+    # Kafka's CreatePartitions (KIP-195): grow each topic to ``count`` partitions; ``assignments``
+    # (nil: placed by the broker) holds the replica lists of the new partitions only, in order.
+    ApiKey.CREATE_PARTITIONS: {
+        "topics": Array(
+            {
+                "name": "str",
+                "count": "int",
+                "assignments": Opt(Nullable(Array({"broker_ids": Array("int")})), None),
+            }
+        ),
+        "timeout_ms": Opt("int", 30000),
+        "validate_only": Opt("bool", False),
+    },
     # Kafka's InitProducerId (KIP-98; docs/design.md "Idempotent producer"). Only
     # transactional_id = nil (the idempotent producer) is served: there are no transactions.
     # producer_id / producer_epoch are v3's (KIP-360): the caller's current id and epoch, to be
@@ -406,6 +419,10 @@ RESPONSES: dict[ApiKey, Any] = {
                 "resource_name": "str",
             }
         ),
+    },
+    ApiKey.CREATE_PARTITIONS: {
+        "throttle_time_ms": Opt("int", 0),
+        "results": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))}),
     },
     ApiKey.INIT_PRODUCER_ID: {
         "throttle_time_ms": Opt("int", 0),
