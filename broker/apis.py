@@ -22,7 +22,8 @@ from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.replica_manager import ReadResult, ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
 from client.protocol.errors import ErrorCode, KafkaError
-from controller import topic_admin
+from client.types import TopicPartition
+from controller import preferred_election, topic_admin
 from controller.controller import KafkaController
 from controller.placement import assign_replicas
 from zk.bridge import ZkBridge
@@ -66,6 +67,7 @@ class KafkaApis:
             ApiKey.CREATE_TOPICS: self.handle_create_topics,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
@@ -324,6 +326,40 @@ class KafkaApis:
                 lambda t: self._topic_ready(t) and len(self.metadata_cache.partitions.get(t, ())) >= grown[t],
             )
         request.respond({"results": results})
+
+    async def handle_elect_leaders(self, request: Request) -> None:
+        """ElectLeaders (KIP-460), at the controller (controller/preferred_election.py)."""
+        body = request.body
+        wanted = body["topic_partitions"]
+        partitions = (
+            None
+            if wanted is None
+            else [TopicPartition(t["topic"], p) for t in wanted for p in t["partitions"]]
+        )
+        try:
+            async with asyncio.timeout(body["timeout_ms"] / 1000):
+                outcomes = await preferred_election.elect_leaders(
+                    self.controller, partitions, body["election_type"]
+                )
+        except KafkaError as exc:
+            request.respond({"error_code": exc.code, "replica_election_results": []})
+            return
+        except TimeoutError:
+            request.respond({"error_code": ErrorCode.REQUEST_TIMED_OUT, "replica_election_results": []})
+            return
+        by_topic: dict[str, list[dict]] = {}
+        for tp, (code, message) in sorted(outcomes.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition_id": tp.partition, "error_code": code, "error_message": message}
+            )
+        request.respond(
+            {
+                "error_code": ErrorCode.NONE,
+                "replica_election_results": [
+                    {"topic": t, "partition_result": results} for t, results in by_topic.items()
+                ],
+            }
+        )
 
     async def handle_describe_configs(self, request: Request) -> None:
         """DescribeConfigs (KIP-133): topics from any broker, a broker's static config from itself

@@ -17,7 +17,20 @@ from typing import Any
 
 import click
 
-from cli import chaos, cluster, configs, consume, demo, ledger, perf, produce, simulate, topics, verify
+from cli import (
+    chaos,
+    cluster,
+    configs,
+    consume,
+    demo,
+    elect_leaders,
+    ledger,
+    perf,
+    produce,
+    simulate,
+    topics,
+    verify,
+)
 from cli.common import CliError
 
 #: Failures an operator can act on; they print without an "internal error" prefix.
@@ -91,6 +104,7 @@ def build_cli() -> click.Group:
     cli.add_command(cluster.cluster)
     cli.add_command(topics.topics)
     cli.add_command(configs.configs)
+    cli.add_command(elect_leaders.elect_leaders)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(perf.perf)

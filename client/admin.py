@@ -25,17 +25,17 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 
+from client import config_bodies
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
-from client.protocol.api import ApiKey, ConfigResourceType
+from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
 from client.types import (
     ClusterDescription,
     Config,
-    ConfigEntry,
     ConfigResource,
-    ConfigSynonym,
     NewTopic,
     TopicDescription,
+    TopicPartition,
 )
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,49 @@ class AdminClient:
         if grown and not validate_only:
             await self._await_leaders(sorted(grown), deadline, grown)
         return results
+
+    async def elect_leaders(
+        self, election_type: str, partitions: Iterable[TopicPartition] | None = None, timeout_ms: int = 60000
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's ``electLeaders`` (KIP-460) at the controller: ``election_type`` "preferred" or
+        "unclean", of ``partitions`` (None: every partition). Each partition -> None (elected) or
+        its error (ELECTION_NOT_NEEDED when its leader already fits)."""
+        kinds = {"preferred": 0, "unclean": 1}
+        if election_type not in kinds:
+            raise ValueError(f"election_type must be preferred or unclean, not {election_type!r}")
+        grouped: dict[str, list[int]] = {}
+        for tp in partitions if partitions is not None else ():
+            grouped.setdefault(tp.topic, []).append(tp.partition)
+        body = {
+            "election_type": kinds[election_type],
+            "topic_partitions": None
+            if partitions is None
+            else [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(grouped.items())],
+            "timeout_ms": timeout_ms,
+        }
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            try:
+                conn = await self._controller_connection()
+                response = await conn.request(ApiKey.ELECT_LEADERS, body, timeout=timeout_ms / 1000 + 5)
+                if response["error_code"] != ErrorCode.NONE:
+                    raise KafkaError(
+                        response["error_code"], "elect leaders: the controller refused the request"
+                    )
+            except KafkaError as exc:
+                if exc.code not in _RETRY or loop.time() + self.retry_backoff_ms / 1000 > deadline:
+                    raise
+                self._cluster.invalidate()
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+                continue
+            return {
+                TopicPartition(r["topic"], p["partition_id"]): None
+                if p["error_code"] == ErrorCode.NONE
+                else KafkaError(p["error_code"], p.get("error_message") or "")
+                for r in response["replica_election_results"]
+                for p in r["partition_result"]
+            }
 
     async def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> dict[str, KafkaError | None]:
         loop = asyncio.get_running_loop()
@@ -335,7 +378,7 @@ class AdminClient:
         effective value and source. Raises the first refused resource's KafkaError."""
         keys = None if configuration_keys is None else list(configuration_keys)
         results: dict[ConfigResource, Config] = {}
-        for node, group in _by_node(resources).items():
+        for node, group in config_bodies.by_node(resources).items():
             body = {
                 "resources": [
                     {"resource_type": int(r.type), "resource_name": r.name, "configuration_keys": keys}
@@ -344,9 +387,9 @@ class AdminClient:
                 "include_synonyms": include_synonyms,
             }
             response = await self._request_node(node, ApiKey.DESCRIBE_CONFIGS, body, "describe configs")
-            for item in _answers(response["results"], group, "describe configs"):
+            for item in config_bodies.answers(response["results"], group, "describe configs"):
                 results[ConfigResource(item["resource_type"], item["resource_name"])] = Config(
-                    tuple(_config_entry(e) for e in item["configs"])
+                    tuple(config_bodies.config_entry(e) for e in item["configs"])
                 )
         return results
 
@@ -356,7 +399,7 @@ class AdminClient:
         """Replace the overrides of each resource (topics only) by the ones given: a name left
         out loses its override (Kafka's AlterConfigs, not the incremental KIP-339 one).
         ``validate_only`` checks without writing. Raises the first refused resource's KafkaError."""
-        for node, group in _by_node(configs).items():
+        for node, group in config_bodies.by_node(configs).items():
             body = {
                 "resources": [
                     {
@@ -369,7 +412,7 @@ class AdminClient:
                 "validate_only": validate_only,
             }
             response = await self._request_node(node, ApiKey.ALTER_CONFIGS, body, "alter configs")
-            _answers(response["responses"], group, "alter configs")
+            config_bodies.answers(response["responses"], group, "alter configs")
 
     async def _request_node(self, node: int | None, api: ApiKey, body: dict, what: str) -> dict:
         """``body`` to broker ``node`` (any broker for None), again after a retriable failure
@@ -409,51 +452,3 @@ class AdminClient:
                 name = f"API_{entry['api_key']}"
             out.append({**entry, "name": name})
         return sorted(out, key=lambda e: e["api_key"])
-
-
-def _by_node(resources: Iterable[ConfigResource]) -> dict[int | None, list[ConfigResource]]:
-    """Kafka's routing: a BROKER resource to that broker, everything else to any broker."""
-    out: dict[int | None, list[ConfigResource]] = {}
-    for r in resources:
-        if not isinstance(r, ConfigResource):
-            raise TypeError(f"expected a ConfigResource, got {r!r}")
-        node = int(r.name) if r.type == ConfigResourceType.BROKER and r.name.isdigit() else None
-        out.setdefault(node, []).append(r)
-    return out
-
-
-def _describe_resource(resource_type: int, name: str) -> str:
-    try:
-        kind = ConfigResourceType(resource_type).name.lower()
-    except ValueError:
-        kind = f"resource type {resource_type}"
-    return f"{kind} {name!r}"
-
-
-def _answers(items: list[dict], asked: list[ConfigResource], what: str) -> list[dict]:
-    """The response's per-resource items; the first error (or a resource missing) raised."""
-    by_resource = {(i["resource_type"], i["resource_name"]): i for i in items}
-    for r in asked:
-        item = by_resource.get((int(r.type), r.name))
-        if item is None:
-            raise KafkaError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"{what} of {_describe_resource(r.type, r.name)}: not in the response",
-            )
-        if item["error_code"] != ErrorCode.NONE:
-            message = f"{what} of {_describe_resource(r.type, r.name)} failed"
-            if item.get("error_message"):
-                message += f": {item['error_message']}"
-            raise KafkaError(item["error_code"], message)
-    return [by_resource[(int(r.type), r.name)] for r in asked]
-
-
-def _config_entry(entry: dict) -> ConfigEntry:
-    return ConfigEntry(
-        entry["name"],
-        entry["value"],
-        entry["config_source"],
-        entry["read_only"],
-        entry["is_sensitive"],
-        tuple(ConfigSynonym(s["name"], s["value"], s["source"]) for s in entry["synonyms"]),
-    )

@@ -67,6 +67,7 @@ from controller.event_manager import (
     PartitionReassignment,
     PreferredReplicaElection,
     Reelect,
+    ReplicaLeaderElection,
     Startup,
     TopicChange,
     TopicDeletion,
@@ -191,14 +192,7 @@ class KafkaController:
         partitions it still leads (empty: it may exit). Raises NOT_CONTROLLER or BROKER_NOT_AVAILABLE."""
         if not self._active:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
-        event = self.events.put(
-            ControlledShutdown(
-                broker_id=broker_id,
-                broker_epoch=broker_epoch,
-                done=asyncio.get_running_loop().create_future(),
-            )
-        )
-        return await event.done
+        return await self.events.ask(ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch))
 
     # -- the event loop's one entry point ---------------------------------------------------------
     async def _process(self, event: ControllerEvent) -> object:
@@ -215,7 +209,7 @@ class KafkaController:
             return result
         except ControllerMovedError as exc:
             log.warning("controller %s: %s; resigning", self.broker_id, exc)
-            if isinstance(event, ControlledShutdown):
+            if event.done is not None:  # a caller waits (ControlledShutdown, ElectLeaders)
                 await self._maybe_resign()
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
             await self._maybe_resign()
@@ -263,6 +257,9 @@ class KafkaController:
             PartitionReassignment: self._handle_partition_reassignment,
             PreferredReplicaElection: self._handle_preferred_replica_election,
             ControlledShutdown: self._handle_controlled_shutdown,
+            ReplicaLeaderElection: lambda event: preferred_election.handle_replica_leader_election(
+                self, event
+            ),
             AutoPreferredReplicaLeaderElection: self._handle_auto_rebalance,
         }
 

@@ -158,6 +158,15 @@ class ControlledShutdown(ControllerEvent):
 
 
 @dataclass
+class ReplicaLeaderElection(ControllerEvent):
+    """An ElectLeaders request (KIP-460): preferred or unclean election of the given partitions
+    (None: every partition); its future gets each partition's (error code, message)."""
+
+    partitions: list | None = None
+    election_type: int = 0  # Kafka's ElectionType: 0 preferred, 1 unclean
+
+
+@dataclass
 class AutoPreferredReplicaLeaderElection(ControllerEvent):
     """The periodic leader-imbalance check (auto.leader.rebalance.enable)."""
 
@@ -208,6 +217,12 @@ class ControllerEventManager:
         self._queue.append(event)
         self._wakeup.set()
         return event
+
+    async def ask(self, event: ControllerEvent) -> Any:
+        """Queue ``event`` with a future and wait for what its handler returns (or raises): a
+        request a caller waits on (ControlledShutdown, ElectLeaders)."""
+        event.done = asyncio.get_running_loop().create_future()
+        return await self.put(event).done
 
     def retry_first(self, event: ControllerEvent, failures: int, failed: str = "") -> None:
         """Run ``event`` after a backoff (0.1 s doubling to 5 s with the consecutive ``failures``

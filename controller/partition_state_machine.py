@@ -70,6 +70,7 @@ class ElectionStrategy(Enum):
     OFFLINE = "offline"
     REASSIGNMENT = "reassignment"
     PREFERRED = "preferred"
+    UNCLEAN = "unclean"  # ElectLeaders' unclean election: OFFLINE with unclean always allowed
     CONTROLLED_SHUTDOWN = "controlled_shutdown"
 
 
@@ -269,12 +270,13 @@ class PartitionStateMachine:
         def compute(tp: TopicPartition, current: LeaderIsrAndControllerEpoch) -> ElectionOutcome:
             lai = current.leader_and_isr
             assignment = self.context.replicas(tp)
-            if strategy is ElectionStrategy.OFFLINE:
+            if strategy in (ElectionStrategy.OFFLINE, ElectionStrategy.UNCLEAN):
                 return leader_election.elect_offline(
                     lai,
                     assignment,
                     self.context.live_replicas(tp),
-                    unclean_by_topic.get(tp.topic, self.unclean_default),
+                    strategy is ElectionStrategy.UNCLEAN
+                    or unclean_by_topic.get(tp.topic, self.unclean_default),
                 )
             if strategy is ElectionStrategy.PREFERRED:
                 return leader_election.elect_preferred(lai, assignment, self.context.live_replicas(tp))

@@ -3,6 +3,13 @@ onPreferredReplicaElection and checkAndTriggerAutoLeaderRebalance; the request c
 kafka-preferred-replica-election.sh): a request in /admin/preferred_replica_election, or a broker
 whose share of partitions led by others passes leader.imbalance.per.broker.percentage, moves
 leadership back to the first replica when it is in the ISR.
+
+The ElectLeaders API (KIP-460; ``kafka-leader-election.sh``, ``floodmark elect-leaders``) asks the
+controller directly (:func:`elect_leaders`): a preferred election of partitions not led by their
+first replica, or an unclean one of partitions without a live leader (any live replica, in the
+ISR or not: Kafka's OfflinePartitionLeaderElectionStrategy with unclean allowed). Each partition
+answers NONE, ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE
+(nothing changed) or UNKNOWN_TOPIC_OR_PARTITION (docs/design.md "Leader elections on request").
 """
 
 from __future__ import annotations
@@ -10,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 from controller.event_manager import (
     AutoPreferredReplicaLeaderElection,
     PreferredReplicaElection,
+    ReplicaLeaderElection,
 )
 from controller.partition_state_machine import ElectionStrategy, PartitionState
 from controller.parts import ControllerParts
@@ -58,6 +67,75 @@ async def on_preferred_replica_election(
         await ctl.partition_state_machine.handle_state_changes(
             eligible, PartitionState.ONLINE, ElectionStrategy.PREFERRED
         )
+
+
+PREFERRED, UNCLEAN = 0, 1  # Kafka's ElectionType
+#: Kafka's strategy names, as its error messages print them.
+STRATEGY_NAMES = {
+    PREFERRED: "PreferredReplicaPartitionLeaderElectionStrategy",
+    UNCLEAN: "OfflinePartitionLeaderElectionStrategy(true)",
+}
+Outcome = tuple[int, str | None]
+
+
+async def elect_leaders(
+    ctl: ControllerParts, partitions: list[TopicPartition] | None, election_type: int
+) -> dict[TopicPartition, Outcome]:
+    """ElectLeaders at the controller: each partition's (error code, message). Raises
+    NOT_CONTROLLER on a broker that is not the active controller."""
+    if not ctl.is_active:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+    return await ctl.events.ask(ReplicaLeaderElection(partitions=partitions, election_type=election_type))
+
+
+async def handle_replica_leader_election(
+    ctl: ControllerParts, event: ReplicaLeaderElection
+) -> dict[TopicPartition, Outcome]:
+    if not ctl.is_active:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is no longer the controller")
+    ctx = ctl.context
+    preferred = event.election_type == PREFERRED
+    wanted = sorted(set(event.partitions)) if event.partitions is not None else sorted(ctx.all_partitions())
+    results: dict[TopicPartition, Outcome] = {}
+    to_elect = []
+    for tp in wanted:
+        held = ctx.partition_leadership.get(tp)
+        if held is None or not ctx.replicas(tp):
+            results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The partition {tp} does not exist.")
+        elif ctx.is_topic_queued_for_deletion(tp.topic):
+            results[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION, f"The topic {tp.topic} is being deleted.")
+        elif (preferred and held.leader_and_isr.leader == ctx.replicas(tp)[0]) or (
+            not preferred and ctx.is_replica_online(held.leader_and_isr.leader, tp=tp)
+        ):
+            results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+        else:
+            to_elect.append(tp)
+    if to_elect:
+        ctl.record(
+            "replica_leader_election",
+            trigger="ElectLeaders",
+            election_type="preferred" if preferred else "unclean",
+            partitions=[str(tp) for tp in to_elect],
+        )
+        strategy = ElectionStrategy.PREFERRED if preferred else ElectionStrategy.UNCLEAN
+        await ctl.partition_state_machine.handle_state_changes(to_elect, PartitionState.ONLINE, strategy)
+    for tp in to_elect:
+        leader = ctx.partition_leadership[tp].leader_and_isr.leader
+        if (preferred and leader == ctx.replicas(tp)[0]) or (
+            not preferred and ctx.is_replica_online(leader, tp=tp)
+        ):
+            results[tp] = (ErrorCode.NONE, None)
+        else:
+            code = (
+                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                if preferred
+                else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+            )
+            results[tp] = (
+                code,
+                f"Failed to elect leader for partition {tp} under strategy {STRATEGY_NAMES[event.election_type]}",
+            )
+    return results
 
 
 async def rebalance_timer(ctl: ControllerParts) -> None:

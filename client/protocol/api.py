@@ -303,6 +303,13 @@ REQUESTS: dict[ApiKey, Any] = {
         "timeout_ms": Opt("int", 30000),
         "validate_only": Opt("bool", False),
     },
+    # Kafka's ElectLeaders (KIP-460): election_type 0 preferred, 1 unclean; topic_partitions nil:
+    # every partition. Answered by the controller only (NOT_CONTROLLER elsewhere).
+    ApiKey.ELECT_LEADERS: {
+        "election_type": Opt("int", 0),
+        "topic_partitions": Nullable(Array({"topic": "str", "partitions": Array("int")})),
+        "timeout_ms": Opt("int", 60000),
+    },
     # Kafka's InitProducerId (KIP-98; docs/design.md "Idempotent producer"). Only
     # transactional_id = nil (the idempotent producer) is served: there are no transactions.
     # producer_id / producer_epoch are v3's (KIP-360): the caller's current id and epoch, to be
@@ -423,6 +430,18 @@ RESPONSES: dict[ApiKey, Any] = {
     ApiKey.CREATE_PARTITIONS: {
         "throttle_time_ms": Opt("int", 0),
         "results": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))}),
+    },
+    ApiKey.ELECT_LEADERS: {
+        "throttle_time_ms": Opt("int", 0),
+        "error_code": "int",
+        "replica_election_results": Array(
+            {
+                "topic": "str",
+                "partition_result": Array(
+                    {"partition_id": "int", "error_code": "int", "error_message": Opt(Nullable("str"))}
+                ),
+            }
+        ),
     },
     ApiKey.INIT_PRODUCER_ID: {
         "throttle_time_ms": Opt("int", 0),
