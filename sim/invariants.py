@@ -404,10 +404,26 @@ class Invariants:
                 raise InvariantViolation(
                     ACKED_ON_LEADER,
                     f"offset {last} of {topic}-{partition} was acknowledged, but leader {leader}'s "
-                    f"{'HW' if below_hw else 'log end offset'} is {end}",
+                    f"{'HW' if below_hw else 'log end offset'} is {end} "
+                    f"({self._leader_view(leader, topic, partition, log_)})",
                 )
             if values:
                 self._check_values(topic, partition, leader, log_, offsets)
+
+    def _leader_view(self, leader: int, topic: str, partition: int, log_: Log) -> str:
+        """What the leader knows of the partition, for a failure's message."""
+        rm = self._replica_manager(leader)
+        state = rm.partitions.get(TopicPartition(topic, partition)) if rm is not None else None
+        if state is None:
+            return f"LEO {log_.log_end_offset}"
+        followers = ", ".join(
+            f"{r.broker_id}: LEO {r.log_end_offset}"
+            for r in sorted(state.remote_replicas.values(), key=lambda r: r.broker_id)
+        )
+        return (
+            f"LEO {log_.log_end_offset}, leader epoch {state.leader_epoch}, ISR {sorted(state.isr)}, "
+            f"followers as the leader saw them {{{followers}}}"
+        )
 
     def _check_values(
         self, topic: str, partition: int, leader: int, log_: Log, offsets: dict[int, bytes]

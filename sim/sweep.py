@@ -33,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from client.types import TopicPartition
 from sim.errors import Livelock, SimulationError, TaskSpinning
 from sim.faults import ALL_KINDS, FaultInjector, FaultKind, FaultPlan
 from sim.invariants import ALL_INVARIANTS, LIVENESS, NO_SPIN, Invariants, InvariantViolation
@@ -218,7 +219,7 @@ class _Run:
         try:
             await world.wait_for(
                 lambda: not _unhealthy(world, workload),
-                "a leader and a full ISR for every partition",
+                "a leader, a full ISR and an HW past every acknowledged offset for every partition",
                 within_s=self.config.liveness_s,
             )
             await workload.settle(self.config.liveness_s)
@@ -259,6 +260,12 @@ def _unhealthy(world: World, workload: Workload) -> str | None:
                 or partition_state.leader_epoch != state["leader_epoch"]
             ):
                 return f"{topic}-{partition}: leader {state['leader']} has not taken epoch {state['leader_epoch']}"
+            # a new leader's HW passes what the old one acknowledged once every follower of the ISR
+            # has fetched from it (Kafka's HW after a failover lags until then)
+            last = workload.ledger.last_acked.get((topic, partition), -1)
+            log_ = rm.get_log(TopicPartition(topic, partition))
+            if log_ is not None and log_.high_watermark <= last:
+                return f"{topic}-{partition}: leader {state['leader']}'s HW {log_.high_watermark} is not past acknowledged offset {last}"
     return None
 
 

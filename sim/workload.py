@@ -1,8 +1,9 @@
 """The simulated clients' work (docs/design.md "Simulation"): idempotent acks=all producers with
 their real client retry logic (Kafka's KafkaProducer with enable.idempotence, KIP-98, through the
 real :class:`client.producer.producer.Producer` on the simulated network), topic creation and
-deletion through the real AdminClient, and a controlled shutdown (Kafka's ControlledShutdown
-request, KIP-143's broker side) followed by a restart.
+deletion, added partitions and preferred elections (ElectLeaders) through the real AdminClient,
+and a controlled shutdown (Kafka's ControlledShutdown request, KIP-143's broker side) followed by
+a restart.
 
 What the clients were told is kept in a :class:`Ledger`, the simulator's counterpart of the chaos
 ledger: every acknowledged (topic, partition, offset, value) and every failure with its error.
@@ -120,6 +121,10 @@ class WorkloadConfig:
     #: probability per step of creating an extra topic, and of deleting one extra topic
     create_topic_rate: float = 0.02
     delete_topic_rate: float = 0.02
+    #: operations (issue 22), drawn from their own ``"operations"`` stream: partitions added to a
+    #: topic, a preferred election of every partition (ElectLeaders)
+    add_partitions_rate: float = 0.01
+    preferred_election_rate: float = 0.01
 
 
 class Workload:
@@ -129,6 +134,7 @@ class Workload:
         self.world = world
         self.config = config
         self.rng: random.Random = world.loop.seeds.stream("workload")
+        self.operations: random.Random = world.loop.seeds.stream("operations")
         self.ledger = Ledger()
         self.note = note  # the schedule's history
         self.topics: dict[str, int] = {}  # topic -> partitions, topics that may be produced to
@@ -177,6 +183,12 @@ class Workload:
         if self.extra_topics and self.rng.random() < self.config.delete_topic_rate:
             topic = self.extra_topics.pop(self.rng.randrange(len(self.extra_topics)))
             self._spawn(self._delete_topic(topic), f"delete-{topic}")
+        if self.topics and self.operations.random() < self.config.add_partitions_rate:
+            topic = self.operations.choice(sorted(self.topics))
+            grow = self.operations.randint(1, 2)
+            self._spawn(self._add_partitions(topic, grow), f"add-partitions-{topic}")
+        if self.operations.random() < self.config.preferred_election_rate:
+            self._spawn(self._preferred_election(), "preferred-election")
 
     def _send(self, index: int) -> None:
         topic = self.rng.choice(sorted(self.topics))
@@ -213,6 +225,29 @@ class Workload:
             await self.admin.delete_topic(topic, timeout_ms=15000)
         except (KafkaError, OSError, TimeoutError) as exc:
             self.note(f"delete topic {topic} failed: {exc}")
+
+    async def _add_partitions(self, topic: str, grow: int) -> None:
+        assert self.admin is not None
+        total = self.topics.get(topic, 0) + grow
+        try:
+            error = (await self.admin.create_partitions({topic: total}, timeout_ms=15000))[topic]
+        except (KafkaError, OSError, TimeoutError) as exc:
+            error = exc
+        if error is not None:
+            self.note(f"add partitions to {topic} failed: {error}")
+        elif topic in self.topics:
+            self.topics[topic] = max(self.topics[topic], total)
+            self.note(f"topic {topic} grew to {total} partitions")
+
+    async def _preferred_election(self) -> None:
+        assert self.admin is not None
+        try:
+            results = await self.admin.elect_leaders("preferred", None, timeout_ms=15000)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self.note(f"preferred election failed: {exc}")
+            return
+        elected = sorted(f"{tp.topic}-{tp.partition}" for tp, error in results.items() if error is None)
+        self.note(f"preferred election: {', '.join(elected) or 'nothing to move'}")
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=f"workload-{name}")

@@ -24,6 +24,7 @@ from cli.main import build_cli
 from sim.faults import parse_kinds
 from sim.invariants import NO_SPIN, REPLICAS_IDENTICAL
 from sim.sweep import ScheduleConfig, run_schedule, sweep
+from sim.workload import WorkloadConfig
 from tests.sim.test_invariants import CASES, CONFIG
 
 #: The bounded sweep: at least 500 schedules (each about 6 to 20 virtual seconds).
@@ -145,3 +146,15 @@ def test_the_aimed_isr_fault_loses_an_expands_answer_and_pauses_its_joiner() -> 
     leader, joiner = lost.groups()
     after = history[lost.end() :]
     assert f"pause broker {joiner}" in after and f"cut broker {leader} off ZooKeeper" in after, history
+
+
+def test_schedules_add_partitions_and_run_preferred_elections_under_faults() -> None:
+    """The operations of issue 22 among the workload (here at ten times the sweep's rates): a topic
+    grows and a preferred election runs while faults come and go, and every invariant holds,
+    the added partitions' acknowledged records included."""
+    config = replace(CONFIG, workload=WorkloadConfig(add_partitions_rate=0.1, preferred_election_rate=0.1))
+    result = run_schedule(0, config)
+    assert result.ok, result.report()
+    history = "\n".join(result.history)
+    assert re.search(r"topic t\d grew to \d+ partitions", history), history
+    assert "preferred election: " in history, history
