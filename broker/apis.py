@@ -282,8 +282,8 @@ class KafkaApis:
                 results.append(
                     {
                         "name": name,
-                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        "error_message": "delete.topic.enable is false",
+                        "error_code": ErrorCode.TOPIC_DELETION_DISABLED,
+                        "error_message": "Topic deletion is disabled.",
                     }
                 )
                 continue

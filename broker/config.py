@@ -161,6 +161,14 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("log.flush.offset.checkpoint.interval.ms", "int", 60000, low=0),
     Prop("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, low=0),
     Prop("log.index.interval.bytes", "int", 4096, low=0),
+    Prop(
+        "log.segment.delete.delay.ms",
+        "int",
+        60000,
+        low=0,
+        doc="How long a deleted partition's directory waits, renamed *-delete, before it is removed "
+        "(the default of the topic config file.delete.delay.ms).",
+    ),
     Prop("log.index.size.max.bytes", "int", 10485760, low=4),
     Prop("message.max.bytes", "int", 1048588, low=0),
     Prop("log.cleanup.policy", "str", "delete", choices=("delete",)),
@@ -208,6 +216,7 @@ TOPIC_TO_BROKER = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "cleanup.policy": "log.cleanup.policy",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
 }
 
 
@@ -345,6 +354,7 @@ class BrokerConfig:
             index_interval_bytes=merged["index.interval.bytes"],
             max_message_bytes=merged["max.message.bytes"],
             segment_index_bytes=merged["segment.index.bytes"],
+            file_delete_delay_ms=merged["file.delete.delay.ms"],
             producer_id_expiration_ms=self["producer.id.expiration.ms"],  # broker-wide, as in Kafka
         )
 

@@ -397,6 +397,7 @@ class BrokerServer:
                 self.log_manager.checkpoint_log_start_offsets,
             ),
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
+            ("kafka-delete-logs", 1000, self.log_manager.delete_doomed_logs),
             (
                 "producer-id-expiration",
                 cfg["producer.id.expiration.check.interval.ms"],

@@ -31,6 +31,8 @@ class LogConfig:
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
     segment_index_bytes: int = 10485760
+    #: how long a deleted log's renamed ``*-delete`` directory stays before it is removed
+    file_delete_delay_ms: int = 60000
     #: broker-wide ``producer.id.expiration.ms`` (no topic override), as Kafka gives every Log
     producer_id_expiration_ms: int = 86400000
 
@@ -45,6 +47,7 @@ class LogConfig:
             "index_interval_bytes": self.index_interval_bytes >= 0,
             "max_message_bytes": self.max_message_bytes >= 0,
             "segment_index_bytes": self.segment_index_bytes >= 12,
+            "file_delete_delay_ms": self.file_delete_delay_ms >= 0,
             "producer_id_expiration_ms": self.producer_id_expiration_ms >= 1,
         }
         for name, ok in checks.items():

@@ -62,6 +62,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # taken under a log's lock: never take a log's under it
+        self._doomed: list[tuple[int, Path]] = []  # (when, dir) of deleted logs' renamed dirs
         self._schedule_once = schedule_once or self._run_on_flusher
         self._flusher: ThreadPoolExecutor | None = None
         self._flusher_lock = threading.Lock()
@@ -234,8 +235,10 @@ class LogManager:
             return created
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Remove the partition's log: rename its dir to ``*-delete`` (so a crash midway leaves
-        nothing that loads as a log), delete it, and rewrite that dir's checkpoints."""
+        """Remove the partition's log (Kafka's LogManager.asyncDelete): rename its dir to
+        ``<topic>-<partition>.<uuid>-delete`` (so a crash midway leaves nothing that loads as a
+        log), rewrite that dir's checkpoints, and remove the renamed dir ``file.delete.delay.ms``
+        later (:meth:`delete_doomed_logs`; a broker that stops first removes it when it loads)."""
         with self._lock:
             removed = self._logs.pop((topic, partition), None)
             if removed is None:
@@ -248,9 +251,28 @@ class LogManager:
             ):
                 removed.dir.rename(doomed)
                 fsync_dir(log_dir)
-            shutil.rmtree(doomed, ignore_errors=True)
-            log.info("deleted log for %s-%d from %s", topic, partition, log_dir)
+            log.info(
+                "deleted log for %s-%d from %s; its files go in %d ms",
+                topic,
+                partition,
+                log_dir,
+                removed.config.file_delete_delay_ms,
+            )
             self._write_checkpoints(log_dir)
+            self._doomed.append((self._time_ms() + removed.config.file_delete_delay_ms, doomed))
+        if removed.config.file_delete_delay_ms == 0:
+            self.delete_doomed_logs()
+
+    def delete_doomed_logs(self) -> None:
+        """Remove the renamed directories of deleted logs whose delay has passed (Kafka's
+        "kafka-delete-logs" task)."""
+        now = self._time_ms()
+        with self._lock:
+            due = [path for when, path in self._doomed if when <= now]
+            self._doomed = [(when, path) for when, path in self._doomed if when > now]
+        for path in due:
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s", path)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -142,7 +142,7 @@ def test_configuration_keys_and_synonyms_are_optional() -> None:
     entries = topic_config_entries(broker_config(), {}, keys={"retention.ms", "no.such"})
     assert [(e["name"], e["value"], e["synonyms"]) for e in entries] == [("retention.ms", "604800000", [])]
     every = topic_config_entries(broker_config(), {})
-    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 12
+    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 13
 
 
 def test_a_broker_describes_its_static_config_read_only() -> None:
