@@ -40,12 +40,8 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def five(cluster) -> str:
     async def create() -> None:
-        admin = AdminClient(cluster.bootstrap_servers)
-        await admin.start()
-        try:
+        async with AdminClient(cluster.bootstrap_servers) as admin:
             await admin.create_topic(FIXED, 5, 2)
-        finally:
-            await admin.close()
 
     asyncio.run(create())
     return FIXED
@@ -156,9 +152,7 @@ def test_the_tool_refuses_a_missing_topic_and_a_wrong_assignment_count(cluster, 
 
 async def test_validate_only_and_an_explicit_assignment(cluster, zk) -> None:
     topic = "explicit"
-    admin = AdminClient(cluster.bootstrap_servers)
-    await admin.start()
-    try:
+    async with AdminClient(cluster.bootstrap_servers) as admin:
         await admin.create_topic(topic, 5, 2)
         checked = await admin.create_partitions({topic: 7}, validate_only=True)
         assert checked == {topic: None}
@@ -173,5 +167,3 @@ async def test_validate_only_and_an_explicit_assignment(cluster, zk) -> None:
         assert layout[5] == [3, 1] and layout[6] == [1, 3]
         (description,) = await admin.describe_topics([topic])
         assert {p.partition: p.leader for p in description.partitions if p.partition >= 5} == {5: 3, 6: 1}
-    finally:
-        await admin.close()

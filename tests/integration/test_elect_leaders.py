@@ -64,12 +64,8 @@ async def wait_state(zk, topic: str, partition: int, what: str, check) -> dict:
 
 
 async def create(cluster, topic: str, partitions: int, rf: int) -> None:
-    admin = AdminClient(cluster.bootstrap_servers)
-    await admin.start()
-    try:
+    async with AdminClient(cluster.bootstrap_servers) as admin:
         await admin.create_topic(topic, partitions, rf)
-    finally:
-        await admin.close()
 
 
 async def bounce(cluster, zk, broker: int, topic: str, partition: int) -> None:

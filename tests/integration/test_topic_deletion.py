@@ -65,9 +65,7 @@ async def test_a_deletion_waits_for_a_down_broker_survives_a_controller_move_and
     cluster, zk
 ) -> None:
     topic = "doomed"
-    admin = AdminClient(cluster.bootstrap_servers)
-    await admin.start()
-    try:
+    async with AdminClient(cluster.bootstrap_servers) as admin:
         await admin.create_topic(topic, 2, 3)
         await produce(cluster, topic, 20)
         controller, _ = cluster.controller()
@@ -114,15 +112,11 @@ async def test_a_deletion_waits_for_a_down_broker_survives_a_controller_move_and
             await eventually(gone, "the topic gone", timeout=60)
         except AssertionError:
             raise AssertionError(f"not gone after 60 s: {LEFT}") from None
-    finally:
-        await admin.close()
 
 
 async def test_a_topic_of_the_same_name_can_be_created_again(cluster, zk) -> None:
     topic = "reborn"
-    admin = AdminClient(cluster.bootstrap_servers)
-    await admin.start()
-    try:
+    async with AdminClient(cluster.bootstrap_servers) as admin:
         await admin.create_topic(topic, 1, 3)
         await produce(cluster, topic, 5)
         assert await admin.delete_topics([topic]) == {topic: None}
@@ -148,23 +142,17 @@ async def test_a_topic_of_the_same_name_can_be_created_again(cluster, zk) -> Non
         finally:
             await consumer.close()
         assert values == [b"v0", b"v1", b"v2"]  # the old topic's five records are gone
-    finally:
-        await admin.close()
 
 
 async def test_deletion_disabled_is_kafkas_error_and_changes_nothing(tmp_path: Path) -> None:
     single = start_cluster(tmp_path / "no-deletion", brokers=1, overrides={"delete.topic.enable": "false"})
     try:
-        admin = AdminClient(single.bootstrap_servers)
-        await admin.start()
-        try:
+        async with AdminClient(single.bootstrap_servers) as admin:
             await admin.create_topic("kept", 1, 1)
             errors = await admin.delete_topics(["kept"])
             assert errors["kept"] is not None and errors["kept"].code == ErrorCode.TOPIC_DELETION_DISABLED
             assert "Topic deletion is disabled." in errors["kept"].message
             assert "kept" in await admin.list_topics()
             assert topic_dirs(single, 1, "kept") == ["kept-0"]
-        finally:
-            await admin.close()
     finally:
         single.down()
