@@ -260,8 +260,8 @@ class BrokerProcess:
         server = self.server
         log_manager = getattr(server, "log_manager", None)
         if log_manager is not None:
-            for partition_log in log_manager.all_logs():
-                with contextlib.suppress(Exception):
+            for partition_log in log_manager.all_logs().values():
+                with contextlib.suppress(OSError):  # (Exception here once hid a bug: no log was closed)
                     partition_log.close()
         state_change_log = getattr(server, "state_change_log", None)
         if state_change_log is not None:
