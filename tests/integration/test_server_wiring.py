@@ -95,6 +95,7 @@ async def test_producer_id_expiration_runs_at_its_configured_interval(zk_connect
         cleanup_logs=other("retention"),
         remove_expired_producers=expire,
         flush_dirty_logs=other("flush"),
+        delete_doomed_logs=other("delete-logs"),  # every second, whatever the config
     )
     server.replica_manager = SimpleNamespace(
         maybe_shrink_isr=other("shrink"), maybe_propagate_isr_changes=other("isr")
@@ -102,7 +103,7 @@ async def test_producer_id_expiration_runs_at_its_configured_interval(zk_connect
     try:
         server._start_periodic_tasks()
         await asyncio.wait_for(third.wait(), WAIT_S)
-        assert set(runs) <= {"remove_expired_producers", "isr"}, runs
+        assert set(runs) <= {"remove_expired_producers", "isr", "delete-logs"}, runs
         assert "producer-id-expiration" in {t.get_name() for t in server._tasks}
     finally:
         for task in server._tasks:
