@@ -93,11 +93,41 @@ class KafkaApis:
         )
 
     async def handle_metadata(self, request: Request) -> None:
-        request.respond(
-            self.metadata_cache.metadata_response(
-                request.body["topics"], self.cluster_id(), request.listener_name
-            )
+        body = request.body
+        created: dict[str, int] = {}
+        if body["topics"] and body["allow_auto_topic_creation"] and self.config["auto.create.topics.enable"]:
+            for topic in body["topics"]:
+                if not self.metadata_cache.contains_topic(topic):
+                    created[topic] = await self._auto_create_topic(topic)
+        response = self.metadata_cache.metadata_response(
+            body["topics"], self.cluster_id(), request.listener_name
         )
+        for entry in response["topics"]:
+            if entry["topic"] in created and not entry["partitions"]:
+                entry["error_code"] = created[entry["topic"]]
+        request.respond(response)
+
+    async def _auto_create_topic(self, topic: str) -> int:
+        """Kafka's auto.create.topics.enable: a Metadata request that allows it creates a missing
+        topic with num.partitions and default.replication.factor and answers LEADER_NOT_AVAILABLE
+        until the controller has elected its leaders (the client asks again); the error code for
+        the topic otherwise (INVALID_TOPIC_EXCEPTION, INVALID_REPLICATION_FACTOR, ...)."""
+        try:
+            await topic_admin.create_topic_with_placement(
+                self.zk,
+                topic,
+                self.config["num.partitions"],
+                self.config["default.replication.factor"],
+                None,
+                self.rng,
+            )
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("auto-creating topic %s failed: %s", topic, exc)
+                return exc.code
+        else:
+            log.info("auto-created topic %s (auto.create.topics.enable)", topic)
+        return ErrorCode.LEADER_NOT_AVAILABLE
 
     async def handle_update_metadata(self, request: Request) -> None:
         body = request.body

@@ -146,7 +146,13 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("controlled.shutdown.max.retries", "int", 3, low=0),
     Prop("controlled.shutdown.retry.backoff.ms", "int", 5000, low=0),
     Prop("controller.socket.timeout.ms", "int", 30000, low=1),
-    Prop("auto.create.topics.enable", "bool", False),
+    Prop(
+        "auto.create.topics.enable",
+        "bool",
+        True,
+        doc="A producer's Metadata request for a missing topic creates it with num.partitions and "
+        "default.replication.factor (Kafka's default: true).",
+    ),
     Prop("request.timeout.ms", "int", 30000, low=1),
     Prop("log.segment.bytes", "int", 1073741824, low=14),
     Prop("log.roll.ms", "int", 604800000, low=1),

@@ -139,9 +139,10 @@ async def _consume(
     from client.types import TopicPartition
 
     consumer = Consumer(bootstrap, **props)
+    started = time.monotonic()  # --timeout-ms bounds the whole wait, the topic's metadata included
     try:
         await maybe_await(consumer.start())
-        found = await consumer.partitions_for_topic(topic)
+        found = await consumer.partitions_for_topic(topic, timeout_ms)
         ids = sorted(getattr(p, "partition", p) for p in (found or ()))
         if not ids:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} does not exist")
@@ -161,7 +162,7 @@ async def _consume(
         else:
             await maybe_await(consumer.seek(tps[0], start))
 
-        last_record = time.monotonic()
+        last_record = started
         while max_messages is None or progress.count < max_messages:
             wait_ms = IDLE_POLL_MS
             if timeout_ms is not None:

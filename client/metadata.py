@@ -192,6 +192,9 @@ class Cluster:
         self.retry_backoff_ms = retry_backoff_ms
         self.connect_timeout_ms = min(connect_timeout_ms, request_timeout_ms)
         self.metadata = ClusterMetadata()
+        #: Metadata's allow_auto_topic_creation: the producer's and the consumer's (Kafka's
+        #: allow.auto.create.topics) requests may create a missing topic; the AdminClient's never
+        self.allow_auto_topic_creation = False
         self._clock = clock
         self._rng = rng or random.Random()
         self._open_connection = connect
@@ -259,7 +262,7 @@ class Cluster:
 
     async def _refresh(self, topics: list[str] | None) -> dict:
         self._last_refresh_attempt_ms = self._clock()
-        body = {"topics": topics, "allow_auto_topic_creation": False}
+        body = {"topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation}
         errors: list[str] = []
         tried: list[Address] = []
         for address in self._candidates():
@@ -326,7 +329,7 @@ class Cluster:
             )
         raise KafkaError(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            f"topic {topic!r} not present in metadata after {timeout_ms:.0f} ms",
+            f"Topic {topic} not present in metadata after {timeout_ms:.0f} ms.",
         )
 
     def invalidate(self) -> None:

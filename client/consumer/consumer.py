@@ -114,8 +114,11 @@ class Consumer:
         return self._subscriptions.state(tp).high_watermark
 
     # -- offsets lookups --------------------------------------------------------------------------
-    async def partitions_for_topic(self, topic: str) -> list[int]:
-        return list(await self._cluster.wait_for_topic(topic, self.config.request_timeout_ms))
+    async def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> list[int]:
+        """The topic's partition ids, waiting for its metadata up to ``timeout_ms`` (default:
+        ``request_timeout_ms``)."""
+        wait = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        return list(await self._cluster.wait_for_topic(topic, wait))
 
     async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         result = await self._offsets.list_offsets(dict.fromkeys(map(_tp, tps), EARLIEST_TIMESTAMP))

@@ -61,6 +61,7 @@ class Producer:
         runtime = runtime or ClientRuntime()
         self._wall_clock_ms = runtime.wall_clock_ms
         self._cluster = Cluster.for_client(bootstrap_servers, c, runtime)
+        self._cluster.allow_auto_topic_creation = True  # Kafka's producer asks for it, always
         self._acc = RecordAccumulator(c.batch_size, c.linger_ms, c.retry_backoff_ms, c.delivery_timeout_ms)
         self._partitioner = make_partitioner(c.partitioner, runtime.rng)
         self._loop: asyncio.AbstractEventLoop | None = None

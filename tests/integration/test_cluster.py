@@ -187,22 +187,41 @@ async def test_admin_errors_carry_kafka_codes(cluster):
         await admin.close()
 
 
-async def test_produce_to_unknown_topic_fails_with_kafka_error(cluster):
-    producer = Producer(
-        cluster.bootstrap_servers,
-        acks=1,
-        delivery_timeout_ms=3000,
-        request_timeout_ms=1000,
-        max_block_ms=2000,
-    )
+async def test_a_producer_creates_a_missing_topic_with_the_broker_defaults(cluster, zk):
+    """auto.create.topics.enable (Kafka's default, true): the producer's Metadata request creates
+    the topic with num.partitions and default.replication.factor (1 and 1 here, Kafka's), and the
+    first send lands once its leader is elected. The AdminClient's requests never create one."""
+    async with AdminClient(cluster.bootstrap_servers) as admin:
+        (unknown,) = await admin.describe_topics(["made-by-a-producer"])
+        assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert zk.exists("/brokers/topics/made-by-a-producer") is None
+    producer = Producer(cluster.bootstrap_servers, acks=1, max_block_ms=20000)
     await producer.start()
     try:
+        metadata = await producer.send_and_wait("made-by-a-producer", b"x")
+        assert (metadata.partition, metadata.offset) == (0, 0)
+    finally:
+        await producer.close()
+    assignment = json.loads(zk.get("/brokers/topics/made-by-a-producer")[0])["partitions"]
+    assert list(assignment) == ["0"] and len(assignment["0"]) == 1
+
+
+async def test_with_auto_creation_off_a_send_fails_after_max_block_ms_with_kafkas_message(tmp_path: Path):
+    single = start_cluster(
+        tmp_path / "no-auto-create", brokers=1, overrides={"auto.create.topics.enable": "false"}
+    )
+    producer = Producer(single.bootstrap_servers, acks=1, max_block_ms=2000)
+    try:
+        await producer.start()
+        started = time.monotonic()
         with pytest.raises(KafkaError) as err:
             await producer.send_and_wait("no-such-topic", b"x")
         assert err.value.name == "UNKNOWN_TOPIC_OR_PARTITION"
-        assert "no-such-topic" in str(err.value)
+        assert err.value.message == "Topic no-such-topic not present in metadata after 2000 ms."
+        assert time.monotonic() - started < 15  # bounded by max_block_ms, not a default wait
     finally:
         await producer.close()
+        single.down()
 
 
 def test_killing_the_controller_elects_another_with_higher_epoch(cluster, zk):
@@ -261,3 +280,31 @@ async def test_delete_topics_through_the_api_removes_the_topic_everywhere(cluste
         await eventually(gone, "the topic gone from ZooKeeper, the log dirs and the metadata")
     finally:
         await admin.close()
+
+
+def test_consume_timeout_bounds_the_wait_for_a_missing_topic(cluster, zk):
+    """``consume --timeout-ms`` bounds the whole wait, the missing topic's metadata included
+    (it used to wait request_timeout_ms, 30 s); reading never creates a topic."""
+    from click.testing import CliRunner
+
+    from cli.main import build_cli
+
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        build_cli(),
+        [
+            "consume",
+            "--bootstrap-server",
+            cluster.bootstrap_servers,
+            "--topic",
+            "nosuch",
+            "--timeout-ms",
+            "3000",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: UNKNOWN_TOPIC_OR_PARTITION: Topic nosuch not present in metadata after 3000 ms."
+    )
+    assert time.monotonic() - started < 20  # 3 s and the command's start, not 30 s
+    assert zk.exists("/brokers/topics/nosuch") is None

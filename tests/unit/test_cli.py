@@ -192,7 +192,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
         async def start(self) -> None:
             pass
 
-        async def partitions_for_topic(self, topic: str) -> set[int] | None:
+        async def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> set[int] | None:
             return state.partitions.get(topic)
 
         def assign(self, tps: list[Any]) -> None:
