@@ -180,7 +180,10 @@ async def test_wait_for_topic_retries_until_it_appears(fake):
     assert await cluster.wait_for_topic("late", 2000) == [0, 1, 2, 3]
     with pytest.raises(KafkaError) as info:
         await cluster.wait_for_topic("never", 50)
-    assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and "Topic never not present in metadata after 50 ms." in str(info.value)
+    assert (
+        info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        and "Topic never not present in metadata after 50 ms." in str(info.value)
+    )
     await cluster.close()
 
 
