@@ -54,6 +54,7 @@ class BrokerState:
     resource_errors: dict[str, int] = field(default_factory=dict)
     file_budget: FileBudget | None = None
     open_files: int | None = None
+    preferred_replica_imbalance: int = 0  # reported by the active controller
 
 
 class _StateCollector(Collector):
@@ -76,6 +77,11 @@ class _StateCollector(Collector):
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a live leader (reported by the controller)",
             state.offline_partitions,
+        )
+        yield gauge(
+            "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+            "Partitions not led by their preferred (first) replica (reported by the controller)",
+            state.preferred_replica_imbalance,
         )
         yield gauge(
             "kafka_server_replicamanager_partitioncount", "Partitions hosted here", len(state.partitions)

@@ -43,6 +43,7 @@ from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsr
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
 from client.connection import BrokerConnection, ConnectionFactory
+from controller import preferred_election
 from controller.controller import KafkaController
 from zk.bridge import ZkBridge
 from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
@@ -252,6 +253,7 @@ class BrokerServer:
             resource_errors=self.log_dir_failures.resource_errors,
             file_budget=self.file_budget,
             open_files=open_files(),
+            preferred_replica_imbalance=preferred_election.preferred_replica_imbalance_count(self.controller),
         )
 
     async def _handle(self, request: Request) -> None:

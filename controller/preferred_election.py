@@ -138,6 +138,21 @@ async def handle_replica_leader_election(
     return results
 
 
+def preferred_replica_imbalance_count(ctl: ControllerParts) -> int:
+    """Kafka's PreferredReplicaImbalanceCount: partitions not led by their first replica (topics
+    being deleted aside); 0 off the active controller."""
+    if not ctl.is_active:
+        return 0
+    ctx = ctl.context
+    return sum(
+        1
+        for tp, held in ctx.partition_leadership.items()
+        if ctx.replicas(tp)
+        and not ctx.is_topic_queued_for_deletion(tp.topic)
+        and held.leader_and_isr.leader != ctx.replicas(tp)[0]
+    )
+
+
 async def rebalance_timer(ctl: ControllerParts) -> None:
     while True:
         await asyncio.sleep(ctl.config.leader_imbalance_check_interval_seconds)

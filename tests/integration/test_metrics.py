@@ -76,3 +76,40 @@ async def test_every_broker_serves_kafkas_headline_metrics(cluster):
         await eventually(under_replicated, "under-replicated partitions on the live leaders")
     finally:
         cluster.kill(3, "CONT")
+
+
+async def test_preferred_replica_imbalance_count_follows_leadership(cluster):
+    """Kafka's PreferredReplicaImbalanceCount, reported by the controller: 0 on a fresh topic, the
+    partitions a bounced broker no longer leads once it is back, 0 again after a preferred election."""
+    import asyncio
+
+    from client.admin import AdminClient
+
+    def imbalance() -> float:
+        return sum(
+            scrape(metrics_url(cluster, b))["kafka_controller_kafkacontroller_preferredreplicaimbalancecount"]
+            for b in (1, 2, 3)
+        )
+
+    await create_topic(cluster, "balanced", 3, 3)
+    assert imbalance() == 0
+    controller, _ = cluster.controller()
+    bounced = next(b for b in (1, 2, 3) if b != controller)
+    await asyncio.to_thread(cluster.stop, bounced)
+    await asyncio.to_thread(cluster.start, bounced)
+    led_before = await eventually(
+        lambda: asyncio.sleep(0, imbalance() or None), "an imbalance after the bounce", timeout=30
+    )
+    assert led_before >= 1
+    async with AdminClient(cluster.bootstrap_servers) as admin:
+
+        async def in_isr() -> bool:
+            (description,) = await admin.describe_topics(["balanced"])
+            return all(bounced in p.isr for p in description.partitions)
+
+        await eventually(in_isr, f"broker {bounced} back in every ISR")
+        results = await admin.elect_leaders("preferred")
+        assert all(error is None or error.name == "ELECTION_NOT_NEEDED" for error in results.values()), (
+            results
+        )
+    assert await eventually(lambda: asyncio.sleep(0, imbalance() == 0), "no imbalance after the election")
