@@ -491,7 +491,7 @@ class LocalCluster:
     def _check_not_dead(self, broker: BrokerState) -> None:
         if self._broker_alive(broker):
             return
-        code = self._procs.exit_code(broker.pid) if broker.pid else None
+        code = self._procs.exit_code(broker.pid, wait_s=2.0) if broker.pid else None
         how = f"exited with code {code}" if code is not None else "is not running"
         raise ClusterError(
             f"broker {broker.id} {how} before registering in ZooKeeper; last lines of {broker.out}:\n{tail(Path(broker.out))}"

@@ -68,9 +68,16 @@ class Processes:
         self.children[popen.pid] = popen
         return popen.pid
 
-    def exit_code(self, pid: int) -> int | None:
+    def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
+        """Our child's exit code, waiting up to ``wait_s`` for one that is still exiting (its
+        command line already gone, not yet reaped); None for a pid that is not our child."""
         popen = self.children.get(pid)
-        return popen.poll() if popen is not None else None
+        if popen is None:
+            return None
+        try:
+            return popen.wait(timeout=wait_s) if wait_s > 0 else popen.poll()
+        except subprocess.TimeoutExpired:
+            return None
 
     def exists(self, pid: int) -> bool:
         """True until ``pid`` has fully exited (reaping it when it is our child); a zombie does not count."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -346,3 +347,16 @@ def test_unknown_broker_id_is_named(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr == f"Error: no broker 7 in the cluster at {tmp_path} (brokers: 1,2)\n"
     assert os.path.exists(tmp_path / "broker-2" / "server.properties")
+
+
+def test_an_exiting_broker_is_reported_with_its_exit_code_not_as_not_running() -> None:
+    """The race behind a flaky "is not running before registering": a process whose command line
+    is already gone but which is not reaped yet. Asked with a wait, the runner gets its code."""
+    from devcluster.processes import Processes
+
+    procs = Processes()
+    pid = procs.track(
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)"])
+    )
+    assert procs.exit_code(pid) is None  # still running: no code without waiting
+    assert procs.exit_code(pid, wait_s=10.0) == 3
