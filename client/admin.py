@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from client import config_bodies
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
@@ -174,6 +174,10 @@ class AdminClient:
             "create partitions of",
             deadline,
             items="results",
+            landed=lambda name, item: (
+                item["error_code"] == ErrorCode.INVALID_PARTITIONS
+                and item.get("error_message") == f"Topic already has {totals[name]} partitions."
+            ),
         )
         grown = {name: totals[name] for name, error in results.items() if error is None}
         if grown and not validate_only:
@@ -239,14 +243,27 @@ class AdminClient:
             raise error
 
     async def _to_controller(
-        self, api: ApiKey, entries: dict, make_body, what: str, deadline: float, items: str = "topics"
+        self,
+        api: ApiKey,
+        entries: dict,
+        make_body,
+        what: str,
+        deadline: float,
+        items: str = "topics",
+        landed: Callable[[str, dict], bool] | None = None,
     ) -> dict:
         """Send ``entries`` (name -> request item) to the controller, retrying the ones that got
-        NOT_CONTROLLER or lost their connection. Returns name -> None | KafkaError."""
+        NOT_CONTROLLER or lost their connection. Returns name -> None | KafkaError.
+
+        A resend after a lost answer may meet the refusal the first send's success causes (asked
+        again to grow a topic to a count it now has): ``landed(name, answer item)`` says when a
+        refusal means exactly that, and such a name counts as done. Only names whose answer was
+        lost are judged so."""
         loop = asyncio.get_running_loop()
         results: dict[str, KafkaError | None] = {}
         pending = dict(entries)
         last: dict[str, KafkaError] = {}
+        in_doubt: set[str] = set()  # sent, and the answer lost: the request may have been applied
         while pending:
             remaining_ms = int((deadline - loop.time()) * 1000)
             if remaining_ms <= 0:
@@ -255,6 +272,7 @@ class AdminClient:
                         ErrorCode.REQUEST_TIMED_OUT, f"{what} {name!r}: no answer from the controller in time"
                     )
                 break
+            conn = None
             try:
                 conn = await self._controller_connection()
                 response = await conn.request(
@@ -263,6 +281,8 @@ class AdminClient:
             except KafkaError as exc:
                 if not exc.retriable:
                     raise KafkaError(exc.code, f"{what}: {exc.message}") from None
+                if conn is not None:
+                    in_doubt.update(pending)
                 self._cluster.invalidate()
                 for name in pending:
                     last[name] = KafkaError(exc.code, f"{what} {name!r}: {exc.message}")
@@ -274,7 +294,7 @@ class AdminClient:
                 if name not in pending:
                     continue
                 code = item["error_code"]
-                if code == ErrorCode.NONE:
+                if code == ErrorCode.NONE or (name in in_doubt and landed is not None and landed(name, item)):
                     results[name] = None
                     del pending[name]
                     continue

@@ -364,6 +364,31 @@ class FakeCluster:
             out.append({"name": name, "error_code": int(code), "error_message": message})
         return {"topics": out}
 
+    async def _create_partitions(self, node: int, body: dict) -> dict:
+        out = []
+        for t in body["topics"]:
+            name, count, code, message = t["name"], t["count"], 0, None
+            have = len(self.topics.get(name, ()))
+            if node != self.controller_id:
+                code, message = ErrorCode.NOT_CONTROLLER, f"broker {node} is not the controller"
+            elif name not in self.topics:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
+            elif count <= have:
+                code = ErrorCode.INVALID_PARTITIONS
+                message = (
+                    f"Topic already has {have} partitions."
+                    if count == have
+                    else f"Topic currently has {have} partitions, which is higher than the requested {count}."
+                )
+            elif not body["validate_only"]:
+                nodes = list(self.node_ids)
+                self.topics[name] += [
+                    FakePartition(leader=nodes[p % len(nodes)], replicas=[nodes[p % len(nodes)]])
+                    for p in range(have, count)
+                ]
+            out.append({"name": name, "error_code": int(code), "error_message": message})
+        return {"results": out}
+
     async def _delete_topics(self, node: int, body: dict) -> dict:
         out = []
         for name in body["topics"]:

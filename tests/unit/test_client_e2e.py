@@ -363,6 +363,19 @@ async def test_admin_delete_reports_per_topic(fake):
         assert "missing" in str(results["missing"])
 
 
+async def test_admin_create_partitions_resent_after_a_lost_answer_counts_as_done(fake):
+    """The first CreatePartitions lands but its answer is lost; the resend meets the refusal
+    that success causes ("Topic already has 5 partitions."), which for a request whose answer
+    was lost means done. Asked without a lost answer, the same refusal stays an error (Kafka's)."""
+    async with AdminClient(fake.bootstrap, retry_backoff_ms=10) as admin:
+        fake.drop_response_next.add(ApiKey.CREATE_PARTITIONS)
+        assert await admin.create_partitions({"t": 5}, timeout_ms=5000) == {"t": None}
+        assert len(fake.topics["t"]) == 5 and len(fake.of(ApiKey.CREATE_PARTITIONS)) == 2
+        again = await admin.create_partitions({"t": 5}, timeout_ms=5000)
+        assert again["t"] is not None and again["t"].code == ErrorCode.INVALID_PARTITIONS
+        assert "Topic already has 5 partitions." in again["t"].message
+
+
 # -- sync facade ----------------------------------------------------------------------------------
 
 
