@@ -52,6 +52,7 @@ from controller.channel import (
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.controller_election import check_controller_and_epoch, try_to_become_controller
 from controller.event_manager import (
+    ASKED,
     AutoPreferredReplicaLeaderElection,
     BrokerChange,
     ControlledShutdown,
@@ -209,10 +210,9 @@ class KafkaController:
             return result
         except ControllerMovedError as exc:
             log.warning("controller %s: %s; resigning", self.broker_id, exc)
-            if event.done is not None:  # a caller waits (ControlledShutdown, ElectLeaders)
-                await self._maybe_resign()
-                raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
             await self._maybe_resign()
+            if isinstance(event, ASKED):
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from None
             return None
         except Exception:
             if self._active:

@@ -171,6 +171,11 @@ class AutoPreferredReplicaLeaderElection(ControllerEvent):
     """The periodic leader-imbalance check (auto.leader.rebalance.enable)."""
 
 
+#: The events a caller sends and waits on (:meth:`ControllerEventManager.ask`): when the broker
+#: turns out not to be the controller, the caller gets NOT_CONTROLLER and may ask the new one.
+ASKED = (ControlledShutdown, ReplicaLeaderElection)
+
+
 def retry_of(event: ControllerEvent) -> ControllerEvent | None:
     """The event that does again what a failed ``event`` left undone, or None when a failure
     needs no retry. Every watch event retried here re-reads ZooKeeper and re-registers its watch,
