@@ -13,6 +13,8 @@ import logging
 import random
 from collections.abc import Callable
 
+from kazoo.exceptions import KazooException
+
 from broker import config_admin
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.metadata_cache import MetadataCache
@@ -125,6 +127,12 @@ class KafkaApis:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("auto-creating topic %s failed: %s", topic, exc)
                 return exc.code
+        except KazooException as exc:
+            # The create's outcome is unknown; the client asks again, and the next Metadata finds
+            # the topic, or creates it (or meets TOPIC_ALREADY_EXISTS: this one landed after all).
+            log.warning(
+                "auto-creating topic %s: ZooKeeper failed (%r); the client will ask again", topic, exc
+            )
         else:
             log.info("auto-created topic %s (auto.create.topics.enable)", topic)
         return ErrorCode.LEADER_NOT_AVAILABLE
