@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from kazoo.exceptions import KazooException
 
-from broker import config_admin
+from broker import config_admin, reassignment_admin
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
@@ -70,6 +70,8 @@ class KafkaApis:
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.ELECT_LEADERS: self.handle_elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
@@ -398,6 +400,13 @@ class KafkaApis:
                 ],
             }
         )
+
+    async def handle_alter_partition_reassignments(self, request: Request) -> None:
+        """At any broker: /admin/reassign_partitions for the controller (broker/reassignment_admin.py)."""
+        request.respond(await reassignment_admin.alter_partition_reassignments(self.zk, request.body))
+
+    async def handle_list_partition_reassignments(self, request: Request) -> None:
+        request.respond(await reassignment_admin.list_partition_reassignments(self.zk, request.body))
 
     async def handle_describe_configs(self, request: Request) -> None:
         """DescribeConfigs (KIP-133): topics from any broker, a broker's static config from itself

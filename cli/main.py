@@ -27,6 +27,7 @@ from cli import (
     ledger,
     perf,
     produce,
+    reassign,
     simulate,
     topics,
     verify,
@@ -105,6 +106,7 @@ def build_cli() -> click.Group:
     cli.add_command(topics.topics)
     cli.add_command(configs.configs)
     cli.add_command(elect_leaders.elect_leaders)
+    cli.add_command(reassign.reassign)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(perf.perf)

@@ -15,8 +15,10 @@ Kafka's Admin does; topic resources go to any broker, a BROKER resource to that 
 Kafka's non-incremental AlterConfigs: the configs given replace every override of the topic. A
 resource the broker refuses raises its KafkaError with the broker's message
 (``INVALID_CONFIG: alter configs of topic 't' failed: Unknown topic config name: x``).
-Adding partitions, reassignments and leader elections are not here yet: api.py has no request
-schemas for them.
+Adding partitions (KIP-195) and leader elections (KIP-460) go to the controller, with the same
+retries. Partition reassignments (KIP-455: ``alter_partition_reassignments`` and
+``list_partition_reassignments``) go to any broker; they live in :mod:`client.reassignments`,
+mixed in here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from client import config_bodies
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
+from client.reassignments import PartitionReassignmentsMixin
 from client.types import (
     ClusterDescription,
     Config,
@@ -44,7 +47,7 @@ log = logging.getLogger(__name__)
 _RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
 
 
-class AdminClient:
+class AdminClient(PartitionReassignmentsMixin):
     def __init__(
         self,
         bootstrap_servers,

@@ -1,10 +1,10 @@
 """Value types the client hands to and gets back from its users, defined once for client/.
 
 Plain immutable records, shaped like the Java client's (``TopicPartition``,
-``RecordMetadata``, ``ConsumerRecord``, ``NewTopic``, ``TopicDescription`` ...), so code and
-operators that know Kafka recognise them; and the partition and topic metadata the client
-caches (``PartitionInfo``, ``TopicInfo``, parsed in :mod:`client.metadata`). Nothing here
-does I/O.
+``RecordMetadata``, ``ConsumerRecord``, ``NewTopic``, ``TopicDescription``,
+``PartitionReassignment`` of KIP-455 ...), so code and operators that know Kafka recognise them;
+and the partition and topic metadata the client caches (``PartitionInfo``, ``TopicInfo``, parsed
+in :mod:`client.metadata`). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -100,6 +100,18 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     error_code: int = 0
     is_internal: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A reassignment in progress, as ListPartitionReassignments reports it (Kafka's Admin
+    ``PartitionReassignment``, KIP-455): ``replicas`` every replica the partition has meanwhile
+    (the target's and the ones leaving), ``adding_replicas`` the target's that are new,
+    ``removing_replicas`` the ones that leave when it completes."""
+
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
 
 
 @dataclass(frozen=True)

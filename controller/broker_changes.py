@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from controller import failover, topic_deletion
+from controller import failover, reassignment, topic_deletion
 from controller.event_manager import BrokerChange
 from controller.partition_state_machine import PartitionState
 from controller.parts import ControllerParts
@@ -84,6 +84,8 @@ async def on_broker_startup(ctl: ControllerParts, new_ids: list[int]) -> None:
     await ctl.replica_state_machine.handle_state_changes(replicas, ReplicaState.ONLINE)
     # 3. offline and new partitions may have a leader now
     await ctl.partition_state_machine.trigger_online_partition_state_change()
+    # 4. reassignments moving onto these brokers go on
+    await reassignment.resume_reassignments_for_brokers(ctl, new_ids)
     # topic deletions waiting for these brokers may go on
     for topic in list(ctx.topics_ineligible_for_deletion):
         if any(r.replica in new_ids for r in ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))):

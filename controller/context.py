@@ -30,6 +30,9 @@ class ControllerContext:
     #: KIP-112: broker -> its replicas on offline log dirs (it answered LeaderAndIsr with
     #: KAFKA_STORAGE_ERROR for them); forgotten when the broker registers again.
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    #: partitions being reassigned -> their target replicas (RAR), from /admin/reassign_partitions
+    #: (controller/reassignment.py)
+    partitions_being_reassigned: dict[TopicPartition, list[int]] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget everything (on resignation); the epoch stays for the logs."""
@@ -40,6 +43,7 @@ class ControllerContext:
         self.topics_to_be_deleted.clear()
         self.topics_ineligible_for_deletion.clear()
         self.replicas_on_offline_dirs.clear()
+        self.partitions_being_reassigned.clear()
 
     # -- brokers ----------------------------------------------------------------------------------
     @property
@@ -105,12 +109,16 @@ class ControllerContext:
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_for_topic(topic):
             self.partition_leadership.pop(tp, None)
+            self.partitions_being_reassigned.pop(tp, None)
         self.assignments.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
         self.topics_ineligible_for_deletion.discard(topic)
 
     def is_topic_queued_for_deletion(self, topic: str) -> bool:
         return topic in self.topics_to_be_deleted
+
+    def is_topic_being_reassigned(self, topic: str) -> bool:
+        return any(tp.topic == topic for tp in self.partitions_being_reassigned)
 
     # -- metrics (docs/operations.md "Metrics (`/metrics`)") --------------------------------------
     def offline_partition_count(self) -> int:

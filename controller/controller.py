@@ -33,6 +33,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from client.connection import ConnectionFactory
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import TopicPartition
 from controller import (
     broker_changes,
     controlled_shutdown,
@@ -66,6 +67,7 @@ from controller.event_manager import (
     LogDirEventNotification,
     PartitionModifications,
     PartitionReassignment,
+    PartitionReassignmentIsrChange,
     PreferredReplicaElection,
     Reelect,
     ReplicaLeaderElection,
@@ -146,6 +148,7 @@ class KafkaController:
         self._started = False
         self.rebalance_task: asyncio.Task | None = None
         self.topic_watchers: dict[str, Callable[[WatchedEvent], None]] = {}
+        self.reassignment_watchers: dict[TopicPartition, Callable[[WatchedEvent], None]] = {}
 
     # -- public API ------------------------------------------------------------------------------
     @property
@@ -240,27 +243,31 @@ class KafkaController:
         self.events.retry_first(retry, failures, failed=event.name)
 
     def _handlers(self) -> dict[type, Callable]:
+        """Each event's handler: the lifecycle ones here, the mechanisms in their modules
+        (docs/architecture.md "Where each mechanism lives"), each given this controller."""
+        mechanisms: dict[type, Callable] = {
+            BrokerChange: broker_changes.handle_broker_change,
+            TopicChange: topic_creation.handle_topic_change,
+            PartitionModifications: topic_creation.handle_partition_modifications,
+            TopicDeletion: topic_deletion.handle_topic_deletion,
+            TopicDeletionStopReplicaResponse: topic_deletion.handle_stop_replica_deletion_response,
+            IsrChangeNotification: isr_change_notifications.handle_isr_change_notification,
+            PartitionReassignment: reassignment.handle_partition_reassignment,
+            PartitionReassignmentIsrChange: reassignment.handle_isr_change,
+            PreferredReplicaElection: preferred_election.handle_preferred_replica_election,
+            ReplicaLeaderElection: preferred_election.handle_replica_leader_election,
+            AutoPreferredReplicaLeaderElection: preferred_election.handle_auto_rebalance,
+            ControlledShutdown: controlled_shutdown.handle_controlled_shutdown,
+        }
         return {
             Startup: self._handle_startup,
             Reelect: self._handle_reelect,
             ControllerChange: self._handle_controller_change,
             Expire: self._handle_expire,
-            BrokerChange: self._handle_broker_change,
-            TopicChange: self._handle_topic_change,
-            PartitionModifications: self._handle_partition_modifications,
-            TopicDeletion: self._handle_topic_deletion,
-            TopicDeletionStopReplicaResponse: self._handle_stop_replica_deletion_response,
-            IsrChangeNotification: self._handle_isr_change_notification,
             LogDirEventNotification: self._handle_log_dir_event_notification,
             LeaderAndIsrResponseReceived: self._handle_leader_and_isr_response,
             LeaderAndIsrResend: self._handle_leader_and_isr_resend,
-            PartitionReassignment: self._handle_partition_reassignment,
-            PreferredReplicaElection: self._handle_preferred_replica_election,
-            ControlledShutdown: self._handle_controlled_shutdown,
-            ReplicaLeaderElection: lambda event: preferred_election.handle_replica_leader_election(
-                self, event
-            ),
-            AutoPreferredReplicaLeaderElection: self._handle_auto_rebalance,
+            **{kind: functools.partial(handler, self) for kind, handler in mechanisms.items()},
         }
 
     def _send(self, broker_id: int, api_key: ApiKey, body: dict, callback: ResponseCallback | None) -> None:
@@ -334,6 +341,18 @@ class KafkaController:
 
     def on_preferred_watch(self, event: WatchedEvent) -> None:
         self.events.put(PreferredReplicaElection())
+
+    def reassignment_isr_watcher(self, tp: TopicPartition) -> Callable[[WatchedEvent], None]:
+        """The watch on a moving partition's state znode (one function per partition: kazoo
+        keeps watchers in a set, so registering it again after each event adds nothing)."""
+        watcher = self.reassignment_watchers.get(tp)
+        if watcher is None:
+
+            def watcher(event: WatchedEvent, _tp: TopicPartition = tp) -> None:
+                self.events.put(PartitionReassignmentIsrChange(partition=_tp))
+
+            self.reassignment_watchers[tp] = watcher
+        return watcher
 
     def topic_watcher(self, topic: str) -> Callable[[WatchedEvent], None]:
         watcher = self.topic_watchers.get(topic)
@@ -436,41 +455,9 @@ class KafkaController:
         self.context.reset()
         self.leader_and_isr_retries.reset()
         self.topic_watchers.clear()
+        self.reassignment_watchers.clear()
         log.info("broker %s resigned as controller (epoch %s)", self.broker_id, self.context.epoch)
         self.record("controller_resigned")
-
-    # -- the mechanisms, one module each (docs/architecture.md "Where each mechanism lives") ----------
-    async def _handle_broker_change(self, event: BrokerChange) -> None:
-        return await broker_changes.handle_broker_change(self, event)
-
-    async def _handle_topic_change(self, event: TopicChange) -> None:
-        return await topic_creation.handle_topic_change(self, event)
-
-    async def _handle_partition_modifications(self, event: PartitionModifications) -> None:
-        return await topic_creation.handle_partition_modifications(self, event)
-
-    async def _handle_topic_deletion(self, event: TopicDeletion) -> None:
-        return await topic_deletion.handle_topic_deletion(self, event)
-
-    async def _handle_stop_replica_deletion_response(self, event: TopicDeletionStopReplicaResponse) -> None:
-        return await topic_deletion.handle_stop_replica_deletion_response(self, event)
-
-    async def _handle_isr_change_notification(self, event: IsrChangeNotification) -> None:
-        return await isr_change_notifications.handle_isr_change_notification(self, event)
-
-    async def _handle_partition_reassignment(self, event: PartitionReassignment) -> None:
-        return await reassignment.handle_partition_reassignment(self, event)
-
-    async def _handle_preferred_replica_election(self, event: PreferredReplicaElection) -> None:
-        return await preferred_election.handle_preferred_replica_election(self, event)
-
-    async def _handle_auto_rebalance(self, event: AutoPreferredReplicaLeaderElection) -> None:
-        return await preferred_election.handle_auto_rebalance(self, event)
-
-    async def _handle_controlled_shutdown(self, event: ControlledShutdown) -> list[tuple[str, int]]:
-        return await controlled_shutdown.handle_controlled_shutdown(self, event)
-
-    # -- topic creation and deletion: their handlers are above (topic_creation.py, topic_deletion.py) --
 
     # -- KIP-112 log dir failure (controller/log_dir_failure.py) -------------------------------------
     async def _handle_log_dir_event_notification(self, event: LogDirEventNotification) -> None:

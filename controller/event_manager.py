@@ -145,6 +145,14 @@ class PartitionReassignment(ControllerEvent):
 
 
 @dataclass
+class PartitionReassignmentIsrChange(ControllerEvent):
+    """The state znode of a partition being reassigned changed (Kafka's
+    PartitionReassignmentIsrChangeHandler): its target replicas may all be in the ISR now."""
+
+    partition: Any = None  # a TopicPartition
+
+
+@dataclass
 class PreferredReplicaElection(ControllerEvent):
     """/admin/preferred_replica_election was created."""
 
@@ -187,6 +195,8 @@ def retry_of(event: ControllerEvent) -> ControllerEvent | None:
         return Reelect()
     if isinstance(event, PartitionModifications):
         return PartitionModifications(topic=event.topic)
+    if isinstance(event, PartitionReassignmentIsrChange):
+        return PartitionReassignmentIsrChange(partition=event.partition)
     if isinstance(event, LeaderAndIsrResponseReceived):
         # KIP-112: the answer is the only news of the offline dir; its handling is redone whole
         return LeaderAndIsrResponseReceived(broker_id=event.broker_id, response=event.response)

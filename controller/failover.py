@@ -11,10 +11,7 @@ import logging
 
 from controller import isr_change_notifications, preferred_election, reassignment, topic_deletion
 from controller.channel import ControllerChannelManager
-from controller.event_manager import (
-    PartitionReassignment,
-    PreferredReplicaElection,
-)
+from controller.event_manager import PreferredReplicaElection
 from controller.parts import ControllerParts
 from zk.client import (
     create_persistent_paths,
@@ -80,12 +77,15 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
     # 11. the auto-rebalance timer
     if ctl.config.auto_leader_rebalance_enable:
         ctl.rebalance_task = asyncio.get_running_loop().create_task(preferred_election.rebalance_timer(ctl))
-    # 12. pending deletions, then pending admin requests
+    # 12. the reassignments read with the context resume (their steps run again; one of a topic
+    # queued for deletion is dropped, as Kafka's maybeTriggerPartitionReassignment does), then
+    # pending deletions and preferred elections
+    await reassignment.maybe_trigger_partition_reassignment(
+        ctl, dict(ctl.context.partitions_being_reassigned)
+    )
     await topic_deletion.resume_deletions(ctl)
     if await ctl.zk.exists(PREFERRED_REPLICA_ELECTION_PATH) is not None:
         await preferred_election.handle_preferred_replica_election(ctl, PreferredReplicaElection())
-    if await ctl.zk.exists(REASSIGN_PARTITIONS_PATH) is not None:
-        await reassignment.handle_partition_reassignment(ctl, PartitionReassignment())
 
 
 async def initialize_context(ctl: ControllerParts) -> None:
@@ -102,6 +102,8 @@ async def initialize_context(ctl: ControllerParts) -> None:
     for tp, state in zip(partitions, states, strict=True):
         if state is not None:
             ctx.partition_leadership[tp] = state
+    # Kafka's initializePartitionReassignment: the moves in progress, before deletions resume
+    ctx.partitions_being_reassigned.update(await reassignment.read_reassignment_request(ctl))
     if ctl.config.delete_topic_enable:
         marked = await ctl.zk.get_children(DELETE_TOPICS_PATH, watch=ctl.on_delete_topics_watch) or []
         ctx.topics_to_be_deleted.update(t for t in marked if t in ctx.assignments)

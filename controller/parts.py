@@ -17,6 +17,7 @@ from typing import Protocol
 from kazoo.protocol.states import WatchedEvent
 
 from client.connection import ConnectionFactory
+from client.types import TopicPartition
 from controller.channel import ControllerBrokerRequestBatch, ControllerChannelManager
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.event_manager import ControllerEventManager
@@ -78,3 +79,5 @@ class ControllerParts(Protocol):
     def on_reassign_watch(self, event: WatchedEvent) -> None: ...
 
     def on_preferred_watch(self, event: WatchedEvent) -> None: ...
+
+    def reassignment_isr_watcher(self, tp: TopicPartition) -> Callable[[WatchedEvent], None]: ...

@@ -40,6 +40,7 @@ from zk.paths import (
     BROKER_TOPICS_PATH,
     CONFIG_TOPICS_PATH,
     DELETE_TOPICS_PATH,
+    REASSIGN_PARTITIONS_PATH,
     config_topic_path,
     delete_topic_path,
     topic_path,
@@ -245,6 +246,9 @@ async def add_partitions(
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
     if await zk.exists(delete_topic_path(topic)):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{topic}' is marked for deletion.")
+    if await zk.exists(REASSIGN_PARTITIONS_PATH):
+        # Kafka's AdminManager.createPartitions: the new partitions' placement would race the move
+        raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress.")
     data, stat = got
     existing = decode_topic_assignment(data)
     if new_total < len(existing):

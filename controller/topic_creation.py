@@ -54,7 +54,10 @@ async def handle_partition_modifications(ctl: ControllerParts, event: PartitionM
     existing = ctl.context.assignments[event.topic]
     added = sorted(set(assignment) - set(existing))
     for p in sorted(set(existing) & set(assignment)):
-        if assignment[p] != existing[p]:
+        if (
+            assignment[p] != existing[p]
+            and TopicPartition(event.topic, p) not in ctl.context.partitions_being_reassigned
+        ):
             log.warning(
                 "replicas of %s-%s changed in ZooKeeper outside a reassignment; ignored", event.topic, p
             )

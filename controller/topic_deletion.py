@@ -76,6 +76,8 @@ async def resume_deletions(ctl: ControllerParts) -> None:
             continue  # waiting for StopReplica answers
         elif topic in ctx.topics_ineligible_for_deletion:
             continue  # waiting for a dead replica's broker
+        elif ctx.is_topic_being_reassigned(topic):
+            continue  # a partition of it is moving: the deletion starts when the move completes
         else:
             await on_topic_deletion(ctl, topic)
 

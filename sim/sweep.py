@@ -42,7 +42,7 @@ from sim.runner import run_simulation
 from sim.workload import Workload, WorkloadConfig
 from sim.world import World, WorldConfig
 from zk.data import decode_topic_assignment
-from zk.paths import partition_state_path, topic_path
+from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path, topic_path
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +238,9 @@ def _unhealthy(world: World, workload: Workload) -> str | None:
     controller = world.controller_id()
     if controller is None or not world.brokers[controller].running:
         return "no live controller"
+    moving = world.znode(REASSIGN_PARTITIONS_PATH)
+    if moving is not None:
+        return f"a reassignment is still in progress: {moving.decode(errors='replace')}"
     for topic in sorted(workload.topics):
         data = world.znode(topic_path(topic))
         if data is None:

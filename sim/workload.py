@@ -1,7 +1,8 @@
 """The simulated clients' work (docs/design.md "Simulation"): idempotent acks=all producers with
 their real client retry logic (Kafka's KafkaProducer with enable.idempotence, KIP-98, through the
 real :class:`client.producer.producer.Producer` on the simulated network), topic creation and
-deletion, added partitions and preferred elections (ElectLeaders) through the real AdminClient,
+deletion, added partitions, preferred elections (ElectLeaders) and partition reassignments
+(AlterPartitionReassignments) through the real AdminClient,
 and a controlled shutdown (Kafka's ControlledShutdown request, KIP-143's broker side) followed by
 a restart.
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from client.protocol.errors import KafkaError
+from client.types import TopicPartition
 
 if TYPE_CHECKING:
     from client.admin import AdminClient
@@ -125,6 +127,9 @@ class WorkloadConfig:
     #: topic, a preferred election of every partition (ElectLeaders)
     add_partitions_rate: float = 0.01
     preferred_election_rate: float = 0.01
+    #: a partition moved to a random set of brokers (AlterPartitionReassignments), its
+    #: replication factor kept
+    reassign_rate: float = 0.01
 
 
 class Workload:
@@ -189,6 +194,12 @@ class Workload:
             self._spawn(self._add_partitions(topic, grow), f"add-partitions-{topic}")
         if self.operations.random() < self.config.preferred_election_rate:
             self._spawn(self._preferred_election(), "preferred-election")
+        if self.topics and self.operations.random() < self.config.reassign_rate:
+            topic = self.operations.choice(sorted(self.topics))
+            partition = self.operations.randrange(self.topics[topic])
+            rf = min(self.config.replication_factor, len(self.world.brokers))
+            target = self.operations.sample(sorted(self.world.brokers), rf)
+            self._spawn(self._reassign(TopicPartition(topic, partition), target), f"reassign-{topic}")
 
     def _send(self, index: int) -> None:
         topic = self.rng.choice(sorted(self.topics))
@@ -248,6 +259,17 @@ class Workload:
             return
         elected = sorted(f"{tp.topic}-{tp.partition}" for tp, error in results.items() if error is None)
         self.note(f"preferred election: {', '.join(elected) or 'nothing to move'}")
+
+    async def _reassign(self, tp: TopicPartition, target: list[int]) -> None:
+        assert self.admin is not None
+        try:
+            error = (await self.admin.alter_partition_reassignments({tp: target}, timeout_ms=15000))[tp]
+        except (KafkaError, OSError, TimeoutError) as exc:
+            error = exc
+        if error is not None:
+            self.note(f"reassign {tp} to {target} refused: {error}")
+        else:
+            self.note(f"reassign {tp} to {target}")
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=f"workload-{name}")

@@ -1,52 +1,63 @@
-"""API keys and the shape of every request and response body (Kafka's ``ApiKeys`` and its
-protocol JSON; docs/design.md "Wire protocol").
+"""The shape of every request and response body (Kafka's ``ApiKeys`` and its protocol JSON;
+docs/design.md "Wire protocol"): the ``REQUESTS`` and ``RESPONSES`` tables, their checks, and the
+protocol's constants.
 
 Bodies are msgpack maps whose field names are Kafka's (``fetch_offset``,
 ``current_leader_epoch``, ``high_watermark`` ...). Each API has a request schema and a
-response schema written in the small vocabulary below; :func:`validate` checks a
-decoded body against one, fills in defaults of optional fields, and raises
-:class:`InvalidBody` naming the first offending field. The broker validates every
-request before any handler sees it, so handlers can trust types.
+response schema written in the vocabulary of :mod:`client.protocol.schema`;
+:func:`validate_request` and :func:`validate_response` check a decoded body against one, fill in
+defaults of optional fields, and raise :class:`InvalidBody` naming the first offending field.
+The broker validates every request before any handler sees it, so handlers can trust types.
+The data-path and inter-broker schemas live here, the admin APIs' in
+:mod:`client.protocol.admin_schemas`; :class:`ApiKey` comes from :mod:`client.protocol.api_keys`.
+This module re-exports all of those names: import them from here.
 
 All APIs are at version 0 of *our* framing; ApiVersions reports that.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from client.protocol.errors import ProtocolError
+from client.protocol.admin_schemas import ADMIN_REQUESTS, ADMIN_RESPONSES
+from client.protocol.api_keys import ApiKey
+from client.protocol.schema import (
+    INT64_MAX,
+    INT64_MIN,
+    Array,
+    InvalidBody,
+    Map,
+    Nullable,
+    Opt,
+    validate,
+)
 
-
-class ApiKey(IntEnum):
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    LEADER_AND_ISR = 4
-    STOP_REPLICA = 5
-    UPDATE_METADATA = 6
-    CONTROLLED_SHUTDOWN = 7
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    DESCRIBE_GROUPS = 15
-    LIST_GROUPS = 16
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
-    DESCRIBE_CONFIGS = 32
-    ALTER_CONFIGS = 33
-    CREATE_PARTITIONS = 37
-    ELECT_LEADERS = 43
+__all__ = [
+    "CONSUMER_REPLICA_ID",
+    "EARLIEST_TIMESTAMP",
+    "INT64_MAX",
+    "INT64_MIN",
+    "LATEST_TIMESTAMP",
+    "NO_LEADER",
+    "REQUESTS",
+    "RESPONSES",
+    "SUPPORTED_APIS",
+    "ApiKey",
+    "Array",
+    "ConfigResourceType",
+    "ConfigSource",
+    "InvalidBody",
+    "Map",
+    "Nullable",
+    "Opt",
+    "UnknownApi",
+    "UnsupportedVersion",
+    "error_body",
+    "validate",
+    "validate_request",
+    "validate_response",
+]
 
 
 #: Fetch.replica_id of an ordinary consumer (Kafka's CONSUMER_REPLICA_ID).
@@ -77,83 +88,6 @@ class ConfigSource(IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
-
-
-class InvalidBody(ProtocolError):
-    """A request or response body that does not match its schema; the message names the field."""
-
-
-# ---------------------------------------------------------------------------------------------
-# The schema vocabulary: "int", "str", "bytes", "bool", "any", Nullable(x), Array(x), Map(k, v),
-# a dict {field: spec} for a struct, and Opt(spec, default) for a struct field that may be absent.
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Nullable:
-    inner: Any
-
-
-@dataclass(frozen=True)
-class Array:
-    inner: Any
-
-
-@dataclass(frozen=True)
-class Map:
-    key: Any
-    value: Any
-
-
-@dataclass(frozen=True)
-class Opt:
-    inner: Any
-    default: Any = None
-
-
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def validate(spec: Any, value: Any, path: str = "body") -> Any:
-    """Check ``value`` against ``spec``; returns it with optional struct fields defaulted."""
-    if isinstance(spec, str):
-        ok = {
-            "int": lambda v: type(v) is int and INT64_MIN <= v <= INT64_MAX,
-            "str": lambda v: type(v) is str,
-            "bytes": lambda v: type(v) is bytes,
-            "bool": lambda v: type(v) is bool,
-            "any": lambda v: True,
-        }[spec](value)
-        if not ok:
-            raise InvalidBody(f"{path} must be {spec}, got {type(value).__name__}")
-        return value
-    if isinstance(spec, Nullable):
-        return None if value is None else validate(spec.inner, value, path)
-    if isinstance(spec, Array):
-        if type(value) is not list:
-            raise InvalidBody(f"{path} must be an array, got {type(value).__name__}")
-        return [validate(spec.inner, item, f"{path}[{i}]") for i, item in enumerate(value)]
-    if isinstance(spec, Map):
-        if type(value) is not dict:
-            raise InvalidBody(f"{path} must be a map, got {type(value).__name__}")
-        return {
-            validate(spec.key, k, f"{path} key"): validate(spec.value, v, f"{path}[{k!r}]")
-            for k, v in value.items()
-        }
-    if isinstance(spec, dict):
-        if type(value) is not dict:
-            raise InvalidBody(f"{path} must be a map, got {type(value).__name__}")
-        out = {}
-        for name, field_spec in spec.items():
-            if name in value:
-                inner = field_spec.inner if isinstance(field_spec, Opt) else field_spec
-                out[name] = validate(inner, value[name], f"{path}.{name}")
-            elif isinstance(field_spec, Opt):
-                out[name] = field_spec.default
-            else:
-                raise InvalidBody(f"{path}.{name} is missing")
-        return out
-    raise TypeError(f"bad schema spec {spec!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,62 +188,6 @@ REQUESTS: dict[ApiKey, Any] = {
         "partitions": Array(TOPIC_PARTITION),
     },
     ApiKey.CONTROLLED_SHUTDOWN: {"broker_id": "int", "broker_epoch": Opt("int", -1)},
-    ApiKey.CREATE_TOPICS: {
-        "topics": Array(
-            {
-                "name": "str",
-                "num_partitions": Opt("int", -1),  # -1: the broker's num.partitions
-                "replication_factor": Opt("int", -1),  # -1: default.replication.factor
-                "assignments": Opt(Array({"partition": "int", "broker_ids": Array("int")}), []),
-                "configs": Opt(Map("str", "str"), {}),
-            }
-        ),
-        "timeout_ms": Opt("int", 30000),
-        "validate_only": Opt("bool", False),
-    },
-    ApiKey.DELETE_TOPICS: {"topics": Array("str"), "timeout_ms": Opt("int", 30000)},
-    # KIP-133 (Kafka's DescribeConfigs v1, with KIP-226's synonyms): configuration_keys nil = all.
-    ApiKey.DESCRIBE_CONFIGS: {
-        "resources": Array(
-            {
-                "resource_type": "int",
-                "resource_name": "str",
-                "configuration_keys": Opt(Nullable(Array("str"))),
-            }
-        ),
-        "include_synonyms": Opt("bool", False),
-    },
-    # KIP-133's AlterConfigs: the configs given replace every override of the resource.
-    ApiKey.ALTER_CONFIGS: {
-        "resources": Array(
-            {
-                "resource_type": "int",
-                "resource_name": "str",
-                "configs": Array({"name": "str", "value": Nullable("str")}),
-            }
-        ),
-        "validate_only": Opt("bool", False),
-    },
-    # Kafka's CreatePartitions (KIP-195): grow each topic to ``count`` partitions; ``assignments``
-    # (nil: placed by the broker) holds the replica lists of the new partitions only, in order.
-    ApiKey.CREATE_PARTITIONS: {
-        "topics": Array(
-            {
-                "name": "str",
-                "count": "int",
-                "assignments": Opt(Nullable(Array({"broker_ids": Array("int")})), None),
-            }
-        ),
-        "timeout_ms": Opt("int", 30000),
-        "validate_only": Opt("bool", False),
-    },
-    # Kafka's ElectLeaders (KIP-460): election_type 0 preferred, 1 unclean; topic_partitions nil:
-    # every partition. Answered by the controller only (NOT_CONTROLLER elsewhere).
-    ApiKey.ELECT_LEADERS: {
-        "election_type": Opt("int", 0),
-        "topic_partitions": Nullable(Array({"topic": "str", "partitions": Array("int")})),
-        "timeout_ms": Opt("int", 60000),
-    },
     # Kafka's InitProducerId (KIP-98; docs/design.md "Idempotent producer"). Only
     # transactional_id = nil (the idempotent producer) is served: there are no transactions.
     # producer_id / producer_epoch are v3's (KIP-360): the caller's current id and epoch, to be
@@ -320,6 +198,7 @@ REQUESTS: dict[ApiKey, Any] = {
         "producer_id": Opt("int", -1),
         "producer_epoch": Opt("int", -1),
     },
+    **ADMIN_REQUESTS,
 }
 
 RESPONSES: dict[ApiKey, Any] = {
@@ -387,68 +266,13 @@ RESPONSES: dict[ApiKey, Any] = {
     ApiKey.UPDATE_METADATA: {"error_code": "int"},
     ApiKey.STOP_REPLICA: {"error_code": "int", "partitions": Array(PARTITION_ERROR)},
     ApiKey.CONTROLLED_SHUTDOWN: {"error_code": "int", "remaining_partitions": Array(TOPIC_PARTITION)},
-    ApiKey.CREATE_TOPICS: {
-        "topics": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))})
-    },
-    ApiKey.DELETE_TOPICS: {
-        "topics": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))})
-    },
-    ApiKey.DESCRIBE_CONFIGS: {
-        "throttle_time_ms": Opt("int", 0),
-        "results": Array(
-            {
-                "error_code": "int",
-                "error_message": Opt(Nullable("str")),
-                "resource_type": "int",
-                "resource_name": "str",
-                "configs": Array(
-                    {
-                        "name": "str",
-                        "value": Nullable("str"),
-                        "read_only": "bool",
-                        "config_source": "int",
-                        "is_sensitive": "bool",
-                        "synonyms": Opt(
-                            Array({"name": "str", "value": Nullable("str"), "source": "int"}), []
-                        ),
-                    }
-                ),
-            }
-        ),
-    },
-    ApiKey.ALTER_CONFIGS: {
-        "throttle_time_ms": Opt("int", 0),
-        "responses": Array(
-            {
-                "error_code": "int",
-                "error_message": Opt(Nullable("str")),
-                "resource_type": "int",
-                "resource_name": "str",
-            }
-        ),
-    },
-    ApiKey.CREATE_PARTITIONS: {
-        "throttle_time_ms": Opt("int", 0),
-        "results": Array({"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))}),
-    },
-    ApiKey.ELECT_LEADERS: {
-        "throttle_time_ms": Opt("int", 0),
-        "error_code": "int",
-        "replica_election_results": Array(
-            {
-                "topic": "str",
-                "partition_result": Array(
-                    {"partition_id": "int", "error_code": "int", "error_message": Opt(Nullable("str"))}
-                ),
-            }
-        ),
-    },
     ApiKey.INIT_PRODUCER_ID: {
         "throttle_time_ms": Opt("int", 0),
         "error_code": "int",
         "producer_id": "int",
         "producer_epoch": "int",
     },
+    **ADMIN_RESPONSES,
 }
 
 #: What ApiVersions advertises: every API with a request schema, at version 0.

@@ -25,7 +25,14 @@ from broker.config import BrokerConfig
 from broker.server import BrokerServer
 from controller.controller import ControllerConfig, KafkaController
 from controller.controller_election import read_controller_epoch
-from controller.event_manager import BrokerChange, IsrChangeNotification, TopicChange, TopicDeletion
+from controller.event_manager import (
+    BrokerChange,
+    Expire,
+    IsrChangeNotification,
+    Reelect,
+    TopicChange,
+    TopicDeletion,
+)
 from tests.bridge_faults import FailingZk
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.data import (
@@ -136,8 +143,10 @@ async def test_session_expiry_drops_the_backlog_and_runs_expire_first(zk_connect
             entered.set()
             await gate.wait()
 
-        def recording(name: str) -> Callable:
-            original = getattr(controller, name)
+        handlers = controller._handlers()
+
+        def recording(kind: type) -> Callable:
+            original = handlers[kind]
 
             async def handler(event: Any) -> Any:
                 processed.append((event.name, controller.is_active))
@@ -145,15 +154,10 @@ async def test_session_expiry_drops_the_backlog_and_runs_expire_first(zk_connect
 
             return handler
 
-        controller._handle_topic_change = held
-        for name in (
-            "_handle_broker_change",
-            "_handle_isr_change_notification",
-            "_handle_topic_deletion",
-            "_handle_expire",
-            "_handle_reelect",
-        ):
-            setattr(controller, name, recording(name))
+        for kind in (BrokerChange, IsrChangeNotification, TopicDeletion, Expire, Reelect):
+            handlers[kind] = recording(kind)
+        handlers[TopicChange] = held
+        controller._handlers = lambda: handlers
         controller.events.put(TopicChange())
         await entered.wait()
         backlog = [BrokerChange(), IsrChangeNotification(), TopicDeletion()]

@@ -8,7 +8,6 @@ producer built.
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -26,7 +25,7 @@ from client import (
 from client.partitioner import partition_for_key
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
-from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fake_cluster import FakeCluster, running_in_a_thread
 
 
 @pytest.fixture
@@ -382,22 +381,8 @@ async def test_admin_create_partitions_resent_after_a_lost_answer_counts_as_done
 @pytest.fixture
 def threaded_fake():
     """The fake cluster on its own loop in a thread, so sync clients can block this one."""
-    import uvloop
-
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def make():
-        cluster = await FakeCluster().start()
-        cluster.create("t", 2)
-        return cluster
-
-    cluster = asyncio.run_coroutine_threadsafe(make(), loop).result(5)
-    yield cluster
-    asyncio.run_coroutine_threadsafe(cluster.stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+    with running_in_a_thread(lambda cluster: cluster.create("t", 2)) as cluster:
+        yield cluster
 
 
 def test_sync_facade_round_trip(threaded_fake):
