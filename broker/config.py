@@ -24,6 +24,7 @@ from broker.listener_config import check_unique, parse_listeners, parse_per_ip_o
 from broker.log import LogConfig
 from broker.network import Listener, NetworkConfig
 from broker.network.quotas import derived_connection_limits
+from broker.replica.replication_quota import parse_throttled_replicas
 from controller.controller import ControllerConfig
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
@@ -138,6 +139,31 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
     Prop("replica.socket.timeout.ms", "int", 30000, low=1),
     Prop("replica.high.watermark.checkpoint.interval.ms", "int", 5000, low=1),
     Prop("replica.truncation.policy", "str", "leader-epoch", choices=("leader-epoch", "high-watermark")),
+    Prop(
+        "leader.replication.throttled.rate",
+        "int",
+        LONG_MAX,
+        low=0,
+        doc="Bytes/s this broker sends to followers of the partitions its topics' "
+        "`leader.replication.throttled.replicas` name (only followers out of the ISR are held back). "
+        'Dynamic: `floodmark configs --entity-type brokers --alter` (docs/design.md "Replication throttling").',
+    ),
+    Prop(
+        "follower.replication.throttled.rate",
+        "int",
+        LONG_MAX,
+        low=0,
+        doc="Bytes/s this broker fetches for the partitions its topics' "
+        "`follower.replication.throttled.replicas` name, while they are not in sync. Dynamic, as above.",
+    ),
+    Prop(
+        "replication.quota.window.num",
+        "int",
+        11,
+        low=1,
+        doc="Samples the replication byte rates are measured over.",
+    ),
+    Prop("replication.quota.window.size.seconds", "int", 1, low=1, doc="The length of one such sample."),
     Prop("auto.leader.rebalance.enable", "bool", True),
     Prop("leader.imbalance.check.interval.seconds", "int", 300, low=1),
     Prop("leader.imbalance.per.broker.percentage", "int", 10, low=0, high=100),
@@ -224,6 +250,27 @@ TOPIC_TO_BROKER = {
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
 }
+
+
+#: Topic-level configs with no broker default (Kafka's LogConfig: the replication throttles).
+TOPIC_ONLY_PROPERTIES = {
+    "leader.replication.throttled.replicas": Prop(
+        "leader.replication.throttled.replicas",
+        "str",
+        "",
+        doc="Replicas whose leader-side replication is throttled: `partition:broker,...` or `*`.",
+    ),
+    "follower.replication.throttled.replicas": Prop(
+        "follower.replication.throttled.replicas",
+        "str",
+        "",
+        doc="Replicas whose follower-side replication is throttled: `partition:broker,...` or `*`.",
+    ),
+}
+
+#: Broker configs AlterConfigs may change at run time, per broker or cluster-wide (KIP-226's
+#: dynamic broker configs: here the replication throttle rates only).
+DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -345,7 +392,8 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, Any]:
         """The broker's default for every topic-level config key."""
-        return {topic_key: self[broker_key] for topic_key, broker_key in TOPIC_TO_BROKER.items()}
+        defaults = {topic_key: self[broker_key] for topic_key, broker_key in TOPIC_TO_BROKER.items()}
+        return {**defaults, **{key: prop.default for key, prop in TOPIC_ONLY_PROPERTIES.items()}}
 
     def log_config(self, topic_overrides: Mapping[str, str] | None = None) -> LogConfig:
         merged = self.topic_defaults()
@@ -432,6 +480,13 @@ def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:
     """Parse topic-level overrides; an unknown key or bad value raises ConfigError naming it."""
     out = {}
     for key, raw in configs.items():
+        if key in TOPIC_ONLY_PROPERTIES:
+            try:
+                parse_throttled_replicas(str(raw))
+            except ValueError as exc:
+                raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {exc}") from None
+            out[key] = str(raw).strip()
+            continue
         broker_key = TOPIC_TO_BROKER.get(key)
         if broker_key is None:
             raise ConfigError(f"Unknown topic config name: {key}")

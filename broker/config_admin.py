@@ -5,11 +5,14 @@ Describe, for a TOPIC: every topic-level config with its effective value and whe
 from, the highest-precedence source first in ``synonyms``: the topic's override in
 /config/topics/<t> (DYNAMIC_TOPIC_CONFIG), the broker key's value in server.properties
 (STATIC_BROKER_CONFIG), else the broker key's default (DEFAULT_CONFIG), named as Kafka names them
-(``retention.ms`` falls back to ``log.retention.ms`` then ``log.retention.hours``). For a BROKER,
-this broker's own static config, read-only (there are no dynamic broker configs here).
+(``retention.ms`` falls back to ``log.retention.ms`` then ``log.retention.hours``); the
+replication throttles' topic-only configs have their own default. For a BROKER id (sent to that
+broker): its config, read-only but for the dynamic replication throttle rates, whose dynamic
+overrides (the broker's, then the cluster-wide one) come first; for the BROKER name "" (any
+broker): the cluster-wide dynamic overrides.
 
-Alter, for a TOPIC only: Kafka's non-incremental semantics, the request's set replaces every
-override of the topic. Validated as at creation (``validate_topic_configs``: an unknown name or a
+Alter, for a TOPIC: Kafka's non-incremental semantics, the request's set replaces every
+override of the topic. For a BROKER: :mod:`broker.dynamic_broker_config`. Validated as at creation (``validate_topic_configs``: an unknown name or a
 bad value is INVALID_CONFIG and nothing is written); then /config/topics/<t> and a
 /config/changes notification (zk/client.py ``change_topic_config``), which every broker's
 :mod:`broker.dynamic_config` applies to its logs of the topic.
@@ -21,8 +24,11 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from broker import dynamic_broker_config
 from broker.config import (
     BROKER_PROPERTIES,
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_ONLY_PROPERTIES,
     TOPIC_TO_BROKER,
     BrokerConfig,
     ConfigError,
@@ -40,6 +46,7 @@ log = logging.getLogger(__name__)
 #: LogConfig synonyms: ``log.retention.ms`` wins over ``log.retention.hours``).
 TOPIC_SYNONYMS: dict[str, tuple[str, ...]] = {
     **{topic_key: (broker_key,) for topic_key, broker_key in TOPIC_TO_BROKER.items()},
+    **{topic_key: () for topic_key in TOPIC_ONLY_PROPERTIES},
     "retention.ms": ("log.retention.ms", "log.retention.hours"),
     "segment.ms": ("log.roll.ms", "log.roll.hours"),
 }
@@ -69,6 +76,11 @@ def topic_config_synonyms(config: BrokerConfig, name: str, overrides: Mapping[st
             value = overrides[name]  # written by hand, past validation: shown as stored
         out.append(_synonym(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
     broker_keys = TOPIC_SYNONYMS[name]
+    if not broker_keys:  # a topic-only config: its own default
+        out.append(
+            _synonym(name, format_value(TOPIC_ONLY_PROPERTIES[name].default), ConfigSource.DEFAULT_CONFIG)
+        )
+        return out
     for key in broker_keys:
         if key in config.given:
             out.append(_synonym(key, format_value(config[key]), ConfigSource.STATIC_BROKER_CONFIG))
@@ -96,7 +108,7 @@ def topic_config_entries(
             continue
         synonyms = topic_config_synonyms(config, name, overrides)
         top = synonyms[0]
-        if top["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG:
+        if top["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG or name in TOPIC_ONLY_PROPERTIES:
             value = top["value"]
         else:
             value = format_value(config[TOPIC_TO_BROKER[name]])
@@ -114,33 +126,66 @@ def topic_config_entries(
 
 
 def broker_config_entries(
-    config: BrokerConfig, keys: Collection[str] | None = None, include_synonyms: bool = False
+    config: BrokerConfig,
+    keys: Collection[str] | None = None,
+    include_synonyms: bool = False,
+    own: Mapping[str, str] | None = None,
+    default: Mapping[str, str] | None = None,
 ) -> list[dict]:
-    """DescribeConfigs' entries for this broker: every broker property, read-only (changing one
-    takes a restart), STATIC_BROKER_CONFIG when set (or derived from a key that was set)."""
+    """DescribeConfigs' entries for this broker: every broker property, sorted, with its synonyms
+    highest precedence first: a dynamic override of this broker (DYNAMIC_BROKER_CONFIG), the
+    cluster-wide one (DYNAMIC_DEFAULT_BROKER_CONFIG), server.properties (STATIC_BROKER_CONFIG),
+    the default. Only the dynamic configs (the replication throttle rates) are not read-only."""
     explicit = config.explicit()
+    own, default = own or {}, default or {}
     entries = []
     for name in sorted(BROKER_PROPERTIES):
         if keys is not None and name not in keys:
             continue
-        source = ConfigSource.STATIC_BROKER_CONFIG if name in explicit else ConfigSource.DEFAULT_CONFIG
-        value = format_value(config[name])
-        synonyms = [_synonym(name, value, source)]
-        if source == ConfigSource.STATIC_BROKER_CONFIG:
+        synonyms = []
+        if name in own:
+            synonyms.append(_synonym(name, own[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+        if name in default:
+            synonyms.append(_synonym(name, default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        # server.properties (or a key derived from one that was set), then the default
+        static = name in explicit
+        source = ConfigSource.STATIC_BROKER_CONFIG if static else ConfigSource.DEFAULT_CONFIG
+        synonyms.append(_synonym(name, format_value(config[name]), source))
+        if static:
             synonyms.append(
                 _synonym(name, format_value(BROKER_PROPERTIES[name].default), ConfigSource.DEFAULT_CONFIG)
             )
         entries.append(
             {
                 "name": name,
-                "value": value,
-                "read_only": True,
-                "config_source": int(source),
+                "value": synonyms[0]["value"],
+                "read_only": name not in DYNAMIC_BROKER_CONFIGS,
+                "config_source": synonyms[0]["source"],
                 "is_sensitive": False,
                 "synonyms": synonyms if include_synonyms else [],
             }
         )
     return entries
+
+
+def dynamic_default_entries(
+    default: Mapping[str, str], keys: Collection[str] | None = None, include_synonyms: bool = False
+) -> list[dict]:
+    """DescribeConfigs' entries for the cluster-wide broker entity (name ""): its overrides only."""
+    return [
+        {
+            "name": name,
+            "value": value,
+            "read_only": False,
+            "config_source": int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            "is_sensitive": False,
+            "synonyms": [_synonym(name, value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+            if include_synonyms
+            else [],
+        }
+        for name, value in sorted(default.items())
+        if keys is None or name in keys
+    ]
 
 
 def _result(resource: dict, error: KafkaError | None, **extra: Any) -> dict:
@@ -155,12 +200,7 @@ def _result(resource: dict, error: KafkaError | None, **extra: Any) -> dict:
 
 def _check_broker_name(config: BrokerConfig, name: str) -> None:
     """A BROKER resource must name this broker: each broker describes its own static config."""
-    try:
-        broker_id = int(name)
-    except ValueError:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name!r}"
-        ) from None
+    broker_id = int(dynamic_broker_config.broker_entity(name))  # "" was answered before
     if broker_id != config.broker_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
@@ -187,9 +227,13 @@ async def describe_configs(zk: ZkBridge, config: BrokerConfig, body: dict) -> di
                 await _existing_topic(zk, name)
                 overrides = await get_topic_config(zk, name)
                 configs = topic_config_entries(config, overrides, keys, body["include_synonyms"])
+            elif kind == ConfigResourceType.BROKER and name == "":
+                _, default = await dynamic_broker_config.dynamic_overrides(zk, config.broker_id)
+                configs = dynamic_default_entries(default, keys, body["include_synonyms"])
             elif kind == ConfigResourceType.BROKER:
                 _check_broker_name(config, name)
-                configs = broker_config_entries(config, keys, body["include_synonyms"])
+                own, default = await dynamic_broker_config.dynamic_overrides(zk, config.broker_id)
+                configs = broker_config_entries(config, keys, body["include_synonyms"], own, default)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
         except KafkaError as exc:
@@ -222,19 +266,18 @@ async def alter_configs(zk: ZkBridge, body: dict) -> dict:
 
 async def _alter(zk: ZkBridge, resource: dict, validate_only: bool) -> None:
     kind, name = resource["resource_type"], resource["resource_name"]
-    if kind == ConfigResourceType.BROKER:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            "Dynamic broker configs are not supported: change server.properties and restart the broker",
-        )
-    if kind != ConfigResourceType.TOPIC:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            f"AlterConfigs is only supported for topics, but resource type is {kind}",
-        )
     nulls = [c["name"] for c in resource["configs"] if c["value"] is None]
     if nulls:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")
+    if kind == ConfigResourceType.BROKER:
+        configs = {c["name"]: c["value"] for c in resource["configs"]}
+        await dynamic_broker_config.alter_broker_configs(zk, name, configs, validate_only)
+        return
+    if kind != ConfigResourceType.TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"AlterConfigs is only supported for topics and brokers, but resource type is {kind}",
+        )
     configs = {c["name"]: c["value"] for c in resource["configs"]}
     await _existing_topic(zk, name)
     try:

@@ -17,8 +17,10 @@ overrides). Any watch event, a dropped connection's included, and every (re)conn
 listener list the children again and re-register its watch; a failed pass is retried with a
 doubling backoff. Notifications older than :data:`CHANGE_EXPIRATION_MS` are deleted
 (Kafka's purgeObsoleteNotifications, changeExpirationMs 15 minutes), by whichever broker sees
-them first. Only ``topics`` entities have a handler; others (``brokers``, ``clients``, ``users``)
-are logged and skipped.
+them first. ``topics`` entities go to :class:`TopicConfigHandler` (which also marks the topic's
+throttled replicas), ``brokers/<id>`` (this broker's) and ``brokers/<default>`` to
+:class:`~broker.dynamic_broker_config.BrokerConfigHandler` (the replication throttle rates);
+others (``clients``, ``users``) are logged and skipped.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ from zk.client import (
     get_topic_config,
 )
 from zk.data import decode_config_change
-from zk.paths import CONFIG_CHANGE_PREFIX
+from zk.paths import CONFIG_CHANGE_PREFIX, DEFAULT_BROKER_ENTITY
 
 if TYPE_CHECKING:
     from kazoo.protocol.states import WatchedEvent
 
+    from broker.dynamic_broker_config import BrokerConfigHandler
     from broker.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,7 @@ class TopicConfigHandler:
             return False
         self.rm.topic_overrides[topic] = dict(overrides)
         self.rm.topic_configs[topic] = typed
+        self.rm.quotas.apply_topic_config(topic, overrides, self.rm.broker_id)
         for lg in logs:
             lg.update_config(log_config)
         log.info(
@@ -127,9 +131,11 @@ class DynamicConfigManager:
         topic_handler: TopicConfigHandler,
         time_ms: Callable[[], int],
         change_expiration_ms: int = CHANGE_EXPIRATION_MS,
+        broker_handler: BrokerConfigHandler | None = None,
     ) -> None:
         self.zk = zk
         self.topic_handler = topic_handler
+        self.broker_handler = broker_handler
         self.time_ms = time_ms
         self.change_expiration_ms = change_expiration_ms
         self.sequence = NotificationSequence()
@@ -144,6 +150,8 @@ class DynamicConfigManager:
         self.sequence.start_after(names)
         for topic in sorted(self.topic_handler.hosted_topics()):
             await self._apply_topic(topic)
+        if self.broker_handler is not None:
+            await self.broker_handler.process_config_changes()
         self.zk.add_state_listener(self._on_zk_state)
         self.task = asyncio.get_running_loop().create_task(self._run(), name="config-change-listener")
         if names:
@@ -195,6 +203,10 @@ class DynamicConfigManager:
             entity_type, entity_name = decode_config_change(data)
         except ValueError:
             log.error("skipping the unreadable config change notification %s: %r", name, data)
+            return
+        if entity_type == "brokers" and self.broker_handler is not None:
+            if entity_name in (str(self.broker_handler.config.broker_id), DEFAULT_BROKER_ENTITY):
+                await self.broker_handler.process_config_changes()
             return
         if entity_type != "topics":
             log.info(

@@ -37,6 +37,7 @@ class PartitionView:
     replicas: int
     isr: int
     min_insync_replicas: int
+    reassigning: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class BrokerState:
     file_budget: FileBudget | None = None
     open_files: int | None = None
     preferred_replica_imbalance: int = 0  # reported by the active controller
+    #: KIP-73: bytes/s of throttled replication, sent as leader and fetched as follower
+    leader_replication_byte_rate: float = 0.0
+    follower_replication_byte_rate: float = 0.0
 
 
 class _StateCollector(Collector):
@@ -84,9 +88,24 @@ class _StateCollector(Collector):
             state.preferred_replica_imbalance,
         )
         yield gauge(
+            "kafka_server_leaderreplication_byte_rate",
+            "Bytes/s this broker sent to followers of throttled partitions (KIP-73)",
+            state.leader_replication_byte_rate,
+        )
+        yield gauge(
+            "kafka_server_followerreplication_byte_rate",
+            "Bytes/s this broker fetched for its throttled partitions (KIP-73)",
+            state.follower_replication_byte_rate,
+        )
+        yield gauge(
             "kafka_server_replicamanager_partitioncount", "Partitions hosted here", len(state.partitions)
         )
         yield gauge("kafka_server_replicamanager_leadercount", "Partitions led here", len(led))
+        yield gauge(
+            "kafka_server_replicamanager_reassigningpartitions",
+            "Partitions led here that a reassignment is moving (KIP-352)",
+            sum(1 for p in led if p.reassigning),
+        )
         yield gauge(
             "kafka_server_replicamanager_underreplicatedpartitions",
             "Partitions led here whose ISR is smaller than their replica set",

@@ -28,6 +28,7 @@ from typing import Any
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
+from broker.dynamic_broker_config import BrokerConfigHandler
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
 from broker.file_budget import current_budget, log_budget, open_files
 from broker.log import LogManager
@@ -38,7 +39,7 @@ from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import Request, SocketServer
 from broker.network.acceptor import Acceptor
 from broker.network.socket_server import AcceptorFactory
-from broker.replica.fetcher import ReplicaFetcherManager
+from broker.replica.fetcher_manager import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
 from broker.state_change_log import StateChangeLog
@@ -128,7 +129,10 @@ class BrokerServer:
         self._build_request_layers()
         # Kafka's KafkaServer.startup: the config change listener before the request pipeline
         self.dynamic_config = DynamicConfigManager(
-            self.zk, TopicConfigHandler(self.replica_manager, cfg), self.time_ms
+            self.zk,
+            TopicConfigHandler(self.replica_manager, cfg),
+            self.time_ms,
+            broker_handler=BrokerConfigHandler(self.zk, cfg, self.replica_manager.quotas),
         )
         await self.dynamic_config.startup()
         await self._start_socket_server()
@@ -238,7 +242,13 @@ class BrokerServer:
         scrape racing a change may see either side of it, as a JMX read would)."""
         rm = self.replica_manager
         partitions = [
-            PartitionView(p.is_leader, len(p.assigned_replicas), len(p.isr), rm.min_insync_replicas(p.topic))
+            PartitionView(
+                p.is_leader,
+                len(p.assigned_replicas),
+                len(p.isr),
+                rm.min_insync_replicas(p.topic),
+                p.reassigning,
+            )
             for p in list(rm.partitions.values())
         ]
         isr = rm.isr_manager
@@ -254,6 +264,8 @@ class BrokerServer:
             file_budget=self.file_budget,
             open_files=open_files(),
             preferred_replica_imbalance=preferred_election.preferred_replica_imbalance_count(self.controller),
+            leader_replication_byte_rate=rm.quotas.leader.rate(self.time_ms()),
+            follower_replication_byte_rate=rm.quotas.follower.rate(self.time_ms()),
         )
 
     async def _handle(self, request: Request) -> None:

@@ -18,6 +18,16 @@ a broker that still runs does nothing.
 timeout and SIGCONTs it (its timeline events name ``"target": "zookeeper"``). ``heal_all``
 resumes ZooKeeper first, since restarting a broker needs it.
 
+``reassign`` targets no broker either: through a :class:`chaos.reassign.PartitionMover` it asks
+for a partition's move (KIP-455's AlterPartitionReassignments) and watches it for the fault's
+length; its events name ``"target": "partition <topic>-<p>"`` and carry an ``id`` pairing the
+fault with its heal, which is the move observed complete (``"completed": true``). A refused move
+(INVALID_REPLICA_ASSIGNMENT, REASSIGNMENT_IN_PROGRESS) changed nothing: its fault event carries
+``"refused"`` and its heal follows at once; it is kept in :attr:`FaultInjector.refused_moves`,
+not counted as a failure. ``heal_all`` heals the brokers first (a move waits for a target broker
+that is down), then waits (bounded) until no reassignment is in progress; a move that never
+completed is a failed heal naming its partition.
+
 A heal that fails (a broker that exits before it registers, a disk that cannot be freed) does
 not end the run (issue 19 item 7): it is recorded on the timeline as a ``heal_failed`` event
 (the fault's span then stays open to the end of the run), kept in :attr:`FaultInjector.heal_failures`,
@@ -34,7 +44,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from chaos.faults import FaultBackend
-from chaos.schedule import DISK_FAULT_KINDS, ZK_FAULT_KINDS, Fault
+from chaos.reassign import POLL_S, Move, PartitionMover, move_state
+from chaos.schedule import DISK_FAULT_KINDS, REASSIGN_FAULT_KINDS, ZK_FAULT_KINDS, Fault
+from client.types import PartitionReassignment, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +64,8 @@ class FaultInjector:
         record: Record,
         say: Callable[[str], None] = lambda _: None,
         follower_of: LeaderOf | None = None,
+        mover: PartitionMover | None = None,
+        moves_timeout_s: float = 120.0,
     ) -> None:
         self.backend = backend
         self.leader_of = leader_of
@@ -65,6 +79,13 @@ class FaultInjector:
         self.zookeeper_paused = False
         self.follower_of = follower_of
         self.heal_failures: list[dict] = []  # one per failed heal: kind, broker or target, error
+        self.mover = mover
+        self.moves_timeout_s = moves_timeout_s  # the final heal's wait for every move to complete
+        self.moves: list[Move] = []  # started, not yet seen complete
+        self.completed_moves: list[Move] = []
+        self.unfinished_moves: list[Move] = []  # not complete at the end: failed heals
+        self.refused_moves: list[dict] = []  # the move's detail with "refused" and "error"
+        self._move_attempts = 0
 
     async def run(self, schedule: list[Fault], started: float) -> None:
         """Inject every fault at its time (seconds after ``started``, a ``time.monotonic()``)."""
@@ -80,6 +101,9 @@ class FaultInjector:
                 continue
             if fault.kind in ZK_FAULT_KINDS:
                 await self._pause_zookeeper(fault)
+                continue
+            if fault.kind in REASSIGN_FAULT_KINDS:
+                await self._reassign(fault)
                 continue
             target = await self._target(fault)
             if target < 0:
@@ -123,7 +147,8 @@ class FaultInjector:
         failure = {**detail, "error": _first_line(exc)}
         self.heal_failures.append(failure)
         self.record("heal_failed", failure)
-        whom = f"broker {detail['broker']}" if "broker" in detail else "ZooKeeper"
+        whom = f"broker {detail['broker']}" if "broker" in detail else str(detail.get("target", "?"))
+        whom = "ZooKeeper" if whom == "zookeeper" else whom
         self.say(f"HEAL FAILED: {whom} ({detail['kind']}): {failure['error']}; the run goes on")
 
     async def _pause_zookeeper(self, fault: Fault) -> None:
@@ -148,6 +173,101 @@ class FaultInjector:
     async def _resume_zookeeper(self) -> None:
         await asyncio.to_thread(self.backend.resume_zookeeper)
         self.zookeeper_paused = False
+
+    async def _reassign(self, fault: Fault) -> None:
+        """Ask for the move; record it, or its refusal; watch it for the fault's length."""
+        if self.mover is None:
+            self.say(f"skipped ({fault.describe()}): this runner moves no partitions")
+            return
+        await self._settle_moves()  # an earlier move seen complete is not refused as in progress
+        self._move_attempts += 1
+        try:
+            attempt = await self.mover.start(fault.partition, fault.pick, f"reassign-{self._move_attempts}")
+        except Exception as exc:  # no answer: the final heal waits for a move that landed anyway
+            self.say(f"could not inject ({fault.describe()}): {_first_line(exc)}")
+            return
+        if attempt is None:
+            self.say(f"skipped ({fault.describe()}): fewer live brokers than the partition has replicas")
+            return
+        move = attempt.move
+        detail = {**move.detail(), "planned_at_s": fault.at_s, "duration_s": fault.duration_s}
+        where = f"partition {move.tp} {list(move.before)} -> {list(move.target)}"
+        if attempt.refusal is not None:  # nothing moved: the fault's span closes at once
+            refusal = {"refused": attempt.refusal.name, "error": attempt.refusal.message}
+            self.refused_moves.append({**move.detail(), **refusal})
+            self.record("fault", {**detail, **refusal})
+            self.record("heal", {**move.detail(), **refusal})
+            self.say(f"refused ({fault.describe()}): {where}: {attempt.refusal}")
+            return
+        self.record("fault", detail)
+        self.moves.append(move)
+        self.say(f"fault: {fault.describe()} -> {where}")
+        deadline = time.monotonic() + fault.duration_s
+        while move in self.moves and time.monotonic() < deadline:
+            await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            await self._settle_moves()
+        if move in self.moves:
+            self.say(f"still moving after {fault.duration_s:.1f}s: {where} (the final heal waits for it)")
+
+    async def _settle_moves(self) -> None:
+        """Record the heal of every move now complete (a failed read leaves them for later)."""
+        if not self.moves or self.mover is None:
+            return
+        try:
+            moving, replicas = await self.mover.state()
+        except Exception as exc:  # noqa: BLE001 - mid-failover: the next read will do
+            log.warning("cannot read the moves in progress: %s", exc)
+            return
+        self._complete_moves(moving, replicas)
+
+    def _complete_moves(
+        self, moving: dict[TopicPartition, PartitionReassignment], replicas: dict[TopicPartition, list[int]]
+    ) -> None:
+        for move in [m for m in self.moves if move_state(m, moving, replicas) == "completed"]:
+            self.moves.remove(move)
+            self.completed_moves.append(move)
+            self.record("heal", {**move.detail(), "completed": True, "replicas": replicas[move.tp]})
+            self.say(f"healed: partition {move.tp} moved to {list(move.target)} (reassign)")
+
+    async def _heal_moves(self) -> None:
+        """The final heal of the moves: wait (bounded) until no reassignment is in progress and
+        every move started has its target replicas; each one that does not is a failed heal, as
+        is a move in progress that this run did not see start (its answer was lost)."""
+        if self.mover is None or not self._move_attempts:
+            return
+        self.say(f"waiting for the partitions' moves to complete (at most {self.moves_timeout_s:.0f}s)")
+        deadline = time.monotonic() + self.moves_timeout_s
+        moving: dict[TopicPartition, PartitionReassignment] = {}
+        replicas: dict[TopicPartition, list[int]] = {}
+        error = None
+        try:
+            moving, replicas = await self.mover.wait_idle(self.moves_timeout_s)
+            self._complete_moves(moving, replicas)
+            while self.moves and time.monotonic() < deadline:  # metadata a moment behind ZooKeeper
+                await asyncio.sleep(POLL_S)
+                moving, replicas = await self.mover.state()
+                self._complete_moves(moving, replicas)
+        except Exception as exc:  # noqa: BLE001 - reported as the failed heal of what is left
+            error = _first_line(exc)
+        for move in list(self.moves):
+            self.moves.remove(move)
+            self.unfinished_moves.append(move)
+            state = move_state(move, moving, replicas)
+            why = error or (
+                "still in progress" if state == "moving" else f"its replicas are {replicas.get(move.tp)}"
+            )
+            self._heal_failed(
+                move.detail(),
+                RuntimeError(
+                    f"the move to {list(move.target)} did not complete in {self.moves_timeout_s:.0f}s: {why}"
+                ),
+            )
+        ours = {m.tp for m in self.completed_moves + self.unfinished_moves}
+        for tp in sorted(set(moving) - ours):
+            self._heal_failed(
+                {"kind": "reassign", "target": f"partition {tp}"},
+                RuntimeError(f"a move to {moving[tp].replicas} still in progress"),
+            )
 
     async def _target(self, fault: Fault) -> int:
         try:
@@ -199,9 +319,11 @@ class FaultInjector:
             self.down.discard(broker_id)
 
     def unhealed(self) -> list[str]:
-        """What is still faulted ("ZooKeeper", "broker 2"): empty after a complete heal."""
+        """What is still faulted ("ZooKeeper", "broker 2", "partition chaos-3 (moving)"): empty
+        after a complete heal."""
         brokers = sorted(self.paused | self.isolated | self.down | set(self.disks))
-        return (["ZooKeeper"] if self.zookeeper_paused else []) + [f"broker {b}" for b in brokers]
+        moves = [f"partition {m.tp} (moving)" for m in self.moves + self.unfinished_moves]
+        return (["ZooKeeper"] if self.zookeeper_paused else []) + [f"broker {b}" for b in brokers] + moves
 
     async def heal_all(self) -> None:
         """Undo every fault still in force (an interrupted run must still leave brokers up); a heal
@@ -216,6 +338,7 @@ class FaultInjector:
         for broker_id in sorted(self.paused | self.isolated | self.down | set(self.disks)):
             self.say(f"healing broker {broker_id}")
             await self._heal("final", broker_id)
+        await self._heal_moves()
 
 
 def _first_line(exc: BaseException) -> str:

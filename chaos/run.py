@@ -9,7 +9,8 @@ item 3).
 2. Create the topic (partitions, replication factor, min.insync.replicas) if it is missing.
 3. Run the workload (idempotent acks=all producers, every outcome in the ledger), a watcher
    that records every leadership change, and the seeded fault schedule, for ``duration_s``.
-4. Heal everything, wait until every partition has a leader and a full ISR. A heal that fails
+4. Heal everything (a ``reassign`` fault's move: wait until no reassignment is in progress,
+   chaos/reassign.py), wait until every partition has a leader and a full ISR. A heal that fails
    does not end the run (issue 19 item 7): the injector records it (``heal_failed`` on the
    timeline), the result carries it, and R/summary.md gets a section on it.
 5. Hand the ledger, the bootstrap and every replica's log dirs to the ``verifier`` the caller
@@ -38,6 +39,7 @@ from pathlib import Path
 from chaos.disk_budget import DiskPlan, check_fits, plan_disk
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
+from chaos.reassign import PartitionMover
 from chaos.schedule import DISK_FAULT_KINDS, Fault, make_schedule
 from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings, WorkloadStats
 from client.admin import AdminClient
@@ -94,11 +96,13 @@ class ChaosResult:
     unhealed: list[str] = field(default_factory=list)  # still faulted at the end ("broker 2")
     verified_offline: bool = False  # from the log dirs: the cluster could not serve
     disk_plan: DiskPlan | None = None
+    moves: dict[str, int] = field(default_factory=dict)  # reassign faults: completed, refused, unfinished
 
     def outcome(self) -> dict:
         return {
             "acknowledged": self.acknowledged,
             "failed": self.failed,
+            "moves": self.moves,
             "heal_failures": self.heal_failures,
             "unhealed": self.unhealed,
             "verification_ok": self.verification_ok,
@@ -333,6 +337,8 @@ async def _run(
 
     stats, injector = await _workload_under_faults(settings, bootstrap, backend, schedule, say)
     unhealed = injector.unhealed()
+    if any(_moves(injector).values()):
+        say("partition moves: " + ", ".join(f"{n} {what}" for what, n in _moves(injector).items()))
     if unhealed:
         say(f"still faulted after the heal: {', '.join(unhealed)}")
     # with a broker still down a full ISR cannot come: wait for leaders, two session timeouts
@@ -355,6 +361,7 @@ async def _run(
         unhealed=unhealed,
         verified_offline=offline,
         disk_plan=plan,
+        moves=_moves(injector),
     )
     _write_run_json(settings.report_dir, {**run_doc, "outcome": result.outcome()})
     if result.heal_failures or offline:
@@ -390,6 +397,7 @@ async def _workload_under_faults(
             lambda kind, detail: ledger.event(kind, detail),
             say,
             follower_of=watcher.follower_of,
+            mover=PartitionMover(bootstrap, settings.topic),
         )
         started = time.monotonic()
         tasks = [asyncio.create_task(workload.run()), asyncio.create_task(watcher.run())]
@@ -426,6 +434,11 @@ async def _verify(
     else:
         say("the cluster cannot serve every partition: verifying offline from the log dirs")
     return await asyncio.to_thread(verifier, settings.report_dir, None, log_dirs, *args), True
+
+
+def _moves(injector: FaultInjector) -> dict[str, int]:
+    done, unfinished = len(injector.completed_moves), len(injector.unfinished_moves)
+    return {"completed": done, "refused": len(injector.refused_moves), "unfinished": unfinished}
 
 
 def _write_run_json(report_dir: Path, doc: dict) -> None:

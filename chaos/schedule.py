@@ -19,6 +19,8 @@ disk-full  fill the broker's disk (ENOSPC), free it later   a full disk (KIP-112
 disk-error fail every write with EIO, pass through later    a failing disk (KIP-112 log-dir failure)
 zk-pause   SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: ConnectionLoss and
                                                            SUSPENDED, but every session survives
+reassign   move a partition to random live brokers (same    kafka-reassign-partitions.sh during
+           replication factor), wait for it to complete     load (KIP-455, onPartitionReassignment)
 ========== =============================================== ==========================================
 
 The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
@@ -33,6 +35,16 @@ server process). It lasts ``zk_pause_s``, by default a third of ``pause_s``: hal
 timeout when ``pause_s`` is 1.5 session timeouts, as chaos/run.py makes it. So every client
 (controller, brokers) sees ConnectionLoss and goes SUSPENDED, yet no session expires: nothing
 moves unless a component mistakes a disconnection for a lost session.
+
+``reassign`` is not in ``FAULT_KINDS`` either: on a cluster with as many brokers as replicas a
+move can only reorder them, so a run asks for it by name, with more brokers than the replication
+factor (``--replication-factor 2`` on the runner's three brokers, or a cluster started with more
+brokers: chaos/run.py uses one already running in the data dir). It targets no broker: its
+partition is drawn like the others', and its target replicas are drawn when it fires (from the
+brokers live then, chaos/reassign.py) with a seeded ``pick`` drawn here, so the same seed on the
+same cluster states picks the same brokers. Its length is how long the schedule watches the move
+before going on (3-8 s); a move still running then is left to the final heal, which waits for
+every move to complete.
 """
 
 from __future__ import annotations
@@ -43,7 +55,8 @@ from dataclasses import asdict, dataclass
 FAULT_KINDS = ("kill", "controller", "pause", "term", "partition")
 DISK_FAULT_KINDS = ("disk-full", "disk-error")
 ZK_FAULT_KINDS = ("zk-pause",)
-ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS
+REASSIGN_FAULT_KINDS = ("reassign",)
+ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + REASSIGN_FAULT_KINDS
 ZK_PAUSE_OVER_PAUSE = 1 / 3  # zk-pause length / pause length: 0.5 x session when a pause is 1.5 x
 ROLES = ("leader", "follower")
 
@@ -54,9 +67,11 @@ class Fault:
 
     at_s: float
     kind: str
-    partition: int  # whose leader a "kill"/"partition" targets; unused by "controller", "zk-pause"
+    partition: int  # whose leader a "kill"/"partition" targets, which "reassign" moves; unused by
+    # "controller", "zk-pause"
     duration_s: float
     role: str = "leader"  # disk faults only: "leader" or "follower" (an in-sync one) of the partition
+    pick: int = 0  # "reassign" only: seeds the draw of its target replicas among the live brokers
 
     def describe(self) -> str:
         whose = f"the {self.role} of partition {self.partition}"
@@ -71,11 +86,15 @@ class Fault:
             "disk-full": f"fill the disk of {whose} (ENOSPC)",
             "disk-error": f"fail every write to the disk of {whose} (EIO)",
             "zk-pause": "SIGSTOP the ZooKeeper server",
+            "reassign": f"move partition {self.partition} to random live brokers (reassignment)",
         }[self.kind]
         return f"t+{self.at_s:.1f}s: {what} for {self.duration_s:.1f}s"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        doc = asdict(self)
+        if self.kind not in REASSIGN_FAULT_KINDS:
+            del doc["pick"]  # run.json's schedules of the other kinds stay as they were
+        return doc
 
 
 def parse_fault_kinds(text: str) -> tuple[str, ...]:
@@ -117,6 +136,7 @@ def make_schedule(
             break
         partition = rng.randrange(partitions)
         role = rng.choice(ROLES) if kind in DISK_FAULT_KINDS else "leader"  # no draw: old seeds hold
-        faults.append(Fault(round(t, 3), kind, partition, round(length, 3), role))
+        pick = rng.getrandbits(32) if kind in REASSIGN_FAULT_KINDS else 0  # no draw: old seeds hold
+        faults.append(Fault(round(t, 3), kind, partition, round(length, 3), role, pick))
         t += length + rng.uniform(settle_s, 2 * settle_s)
     return faults

@@ -1,6 +1,7 @@
 """``floodmark cluster up|status|down|kill|start|isolate|disk``: the local cluster runner's commands
 (docs/operations.md "Local cluster layout"). ``disk`` fills or breaks a broker's disk
-(docs/operations.md, "Disk faults").
+(docs/operations.md, "Disk faults"). ``up`` and ``status`` print each broker's Prometheus
+``/metrics`` address (docs/operations.md "Metrics (`/metrics`)").
 
 This group is the operator's composition root: it is the only part of ``client`` that touches
 ``chaos`` (lazily, inside each command). Client library code never imports ``chaos``.
@@ -64,6 +65,12 @@ def cluster() -> None:
     help="Broker i listens on base-port + i - 1.",
 )
 @click.option(
+    "--metrics-base-port",
+    type=click.IntRange(1, 65535),
+    help="Broker i serves Prometheus /metrics on metrics-base-port + i - 1 (`--config metrics.port=-1` "
+    "turns /metrics off).  [default: a free block of loopback ports, recorded in cluster.json]",
+)
+@click.option(
     "--config",
     "configs",
     multiple=True,
@@ -105,6 +112,7 @@ def up(
     data_dir: Path,
     zookeeper_port: int,
     base_port: int,
+    metrics_base_port: int | None,
     configs: tuple[str, ...],
     timeout: float,
     netns: bool,
@@ -130,15 +138,26 @@ def up(
             netns=netns,
             disk_size=(disk_size or DEFAULT_SIZE) if disk_faults else None,
             log_dirs_per_broker=log_dirs_per_broker,
+            metrics_base_port=metrics_base_port,
         )
     click.echo(f"bootstrap servers: {state.bootstrap}")
+    for broker in sorted(state.brokers.values(), key=lambda b: b.id):
+        metrics = metrics_text(state.metrics_address(broker.id), broker.metrics_port)
+        click.echo(f"broker {broker.id} metrics: {metrics}")
+
+
+def metrics_text(address: str | None, port: int | None) -> str:
+    """A broker's /metrics address, or why there is none to print."""
+    if address is not None:
+        return address
+    return "port picked by the broker (metrics.port=0; see its broker.out)" if port == 0 else "off"
 
 
 @cluster.command()
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(data_dir: Path, as_json: bool) -> None:
-    """Show each broker's process, ZooKeeper registration and controller role."""
+    """Show each broker's process, ZooKeeper registration, controller role and /metrics address."""
     from devcluster.cluster import LocalCluster
 
     with _runner_errors():
@@ -151,6 +170,7 @@ def status(data_dir: Path, as_json: bool) -> None:
 
 
 def format_status(report: dict[str, Any]) -> list[str]:
+    """``cluster status``'s table: ZooKeeper, the controller, then one row per broker."""
     zk = report["zookeeper"]
     zk_health = "up (imok)" if zk["ok"] else ("not answering" if zk["alive"] else "down")
     controller = report["controller"]
@@ -165,15 +185,21 @@ def format_status(report: dict[str, Any]) -> list[str]:
         ),
         f"bootstrap   {report['bootstrap']}",
         "",
-        f"{'broker':<8}{'port':<8}{'pid':<10}{'process':<10}{'registered':<12}{'controller':<12}disk",
     ]
+    metrics = {b["id"]: metrics_text(b["metrics"], b["metrics_port"]) for b in report["brokers"]}
+    width = max(len("metrics"), *map(len, metrics.values())) + 2
+    lines.append(
+        f"{'broker':<8}{'port':<8}{'pid':<10}{'process':<10}{'registered':<12}{'controller':<12}"
+        f"{'metrics':<{width}}disk"
+    )
     for b in report["brokers"]:
         process = (
             "paused" if b["paused"] else ("running" if b["alive"] else "dead" if b["pid"] else "stopped")
         )
         lines.append(
             f"{b['id']:<8}{b['port']:<8}{b['pid'] or '-':<10}{process:<10}"
-            f"{'yes' if b['registered'] else 'no':<12}{'yes' if b['controller'] else '':<12}{b.get('disk') or '-'}"
+            f"{'yes' if b['registered'] else 'no':<12}{'yes' if b['controller'] else '':<12}"
+            f"{metrics[b['id']]:<{width}}{b.get('disk') or '-'}"
         )
     return [line.rstrip() for line in lines]
 

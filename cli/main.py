@@ -29,6 +29,7 @@ from cli import (
     produce,
     reassign,
     simulate,
+    state_change_log,
     topics,
     verify,
 )
@@ -115,6 +116,7 @@ def build_cli() -> click.Group:
     cli.add_command(ledger.ledger)
     cli.add_command(demo.demo)
     cli.add_command(simulate.simulate)
+    cli.add_command(state_change_log.state_change_log)
     return cli
 
 

@@ -11,10 +11,14 @@ for the controller) and Metadata (docs/operations.md "The floodmark CLI").
 * ``--execute --reassignment-json-file F`` prints the current assignment of the partitions of
   ``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [4, 5, 6]}]}`` (to
   keep for a rollback) and starts the reassignment. The broker starts every partition or none:
-  a refusal prints each refused partition with the broker's reason and exits 1.
+  a refusal prints each refused partition with the broker's reason and exits 1. With
+  ``--throttle B`` the replication of the moving partitions is throttled first
+  (:mod:`cli.reassign_throttle`); rerun while every partition of the file still moves, it
+  prints ``There is an existing assignment running.`` and only changes the rate.
 * ``--verify --reassignment-json-file F`` prints each partition's status: completed (its
   replicas are the target, in order, and it is not moving), still in progress, or failed. Exit
-  status 0 only when every one completed.
+  status 0 only when every one completed, and then it removes a throttle (``Throttle was
+  removed.``).
 
 The JSON is Kafka's (compact, partitions sorted by topic and partition, ``log_dirs`` all
 ``"any"``); a ``log_dirs`` list in the input is accepted and ignored (replicas are not moved
@@ -32,6 +36,7 @@ from typing import Any, TypeVar
 
 import click
 
+from cli import reassign_throttle as throttling
 from cli.common import CliError, bootstrap_option, close_quietly, resolve_bootstrap, run
 
 T = TypeVar("T")
@@ -43,6 +48,14 @@ Assignment = dict[Partition, list[int]]
 new_rng: Callable[[], random.Random] = random.Random
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _throttle_value(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    if value != throttling.NO_THROTTLE and not 1 <= value <= throttling.MAX_RATE:
+        raise click.BadParameter(
+            f"{value} is not a number of bytes per second (at least 1), nor -1 (no throttle)"
+        )
+    return value
 
 
 @click.command(name="reassign")
@@ -67,6 +80,16 @@ _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
     default=None,
     help='For --execute and --verify: {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [4, 5, 6]}, ...]}.',
 )
+@click.option(
+    "--throttle",
+    type=int,
+    default=throttling.NO_THROTTLE,
+    show_default=True,
+    metavar="BYTES_PER_S",
+    callback=_throttle_value,
+    help="For --execute: throttle the replication of the moving partitions to this many bytes/s "
+    "(-1: no throttle). Rerun while they move to change it; --verify removes it once they completed.",
+)
 @click.option("--timeout-ms", type=click.IntRange(min=1), default=60000, show_default=True)
 def reassign(
     bootstrap_server: str | None,
@@ -76,10 +99,13 @@ def reassign(
     topics_to_move_json_file: Path | None,
     broker_list: str | None,
     reassignment_json_file: Path | None,
+    throttle: int,
     timeout_ms: int,
 ) -> None:
     """Move partitions to other brokers (kafka-reassign-partitions.sh)."""
     mode = _mode(generate, execute, verify, topics_to_move_json_file, broker_list, reassignment_json_file)
+    if throttle != throttling.NO_THROTTLE and mode != "execute":
+        raise click.UsageError(f"--throttle cannot be used with --{mode}")
     if mode == "generate":
         assert topics_to_move_json_file is not None and broker_list is not None
         topics = parse_topics_to_move(topics_to_move_json_file)
@@ -91,7 +117,7 @@ def reassign(
     targets = parse_reassignment(reassignment_json_file)
     bootstrap = resolve_bootstrap(bootstrap_server)
     if mode == "execute":
-        run(_with_admin(bootstrap, lambda admin: _execute(admin, targets, timeout_ms)))
+        run(_with_admin(bootstrap, lambda admin: _execute(admin, targets, throttle, timeout_ms)))
     else:
         run(_with_admin(bootstrap, lambda admin: _verify(admin, targets, timeout_ms)))
 
@@ -373,10 +399,25 @@ async def _generate(admin: Any, topics: list[str], brokers: list[int]) -> None:
         click.echo(line)
 
 
-async def _execute(admin: Any, targets: Assignment, timeout_ms: int) -> None:
-    current = await _assignment(admin, {t for t, _ in targets}, strict=False)
+async def _execute(admin: Any, targets: Assignment, throttle: int, timeout_ms: int) -> None:
+    topics = {t for t, _ in targets}
+    throttled = throttle != throttling.NO_THROTTLE
+    in_progress = await admin.list_partition_reassignments(list(targets), timeout_ms) if throttled else {}
+    if throttled and len(in_progress) == len(targets):
+        # Kafka's rerun during the move: the broker would refuse every partition
+        # (REASSIGNMENT_IN_PROGRESS), so only the rate changes.
+        current = await _assignment(admin, topics, strict=False)
+        click.echo(throttling.EXISTING)
+        await throttling.set_rate(admin, throttling.brokers_of(current, targets, targets), throttle)
+        click.echo(throttling.limit_line(throttle))
+        return
+    current = await _assignment(admin, topics, strict=False)
     for line in rollback_lines({tp: replicas for tp, replicas in current.items() if tp in targets}):
         click.echo(line)
+    if throttled and not in_progress:  # else refused below: a running move keeps its throttle
+        click.echo(throttling.WARNING)
+        if await throttling.set_throttle(admin, current, targets, throttle):
+            click.echo(throttling.limit_line(throttle))
     results = await admin.alter_partition_reassignments(targets, timeout_ms)
     if any(error is not None for error in results.values()):
         raise CliError(refusal_message(results))
@@ -394,3 +435,5 @@ async def _verify(admin: Any, targets: Assignment, timeout_ms: int) -> None:
     if pending or failed:
         counts = [f"{pending} still in progress" if pending else "", f"{failed} failed" if failed else ""]
         raise CliError(f"reassignment not completed: {', '.join(c for c in counts if c)}")
+    if await throttling.remove_throttle(admin, {t for t, _ in targets}):
+        click.echo(throttling.REMOVED)

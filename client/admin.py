@@ -419,8 +419,9 @@ class AdminClient(PartitionReassignmentsMixin):
     async def alter_configs(
         self, configs: Mapping[ConfigResource, Mapping[str, str]], validate_only: bool = False
     ) -> None:
-        """Replace the overrides of each resource (topics only) by the ones given: a name left
-        out loses its override (Kafka's AlterConfigs, not the incremental KIP-339 one).
+        """Replace the overrides of each resource (a topic, a broker id, or "" for the brokers'
+        cluster-wide default) by the ones given: a name left out loses its override (Kafka's
+        AlterConfigs, not the incremental KIP-339 one).
         ``validate_only`` checks without writing. Raises the first refused resource's KafkaError."""
         for node, group in config_bodies.by_node(configs).items():
             body = {

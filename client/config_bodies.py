@@ -24,6 +24,9 @@ def by_node(resources: Iterable[ConfigResource]) -> dict[int | None, list[Config
 
 
 def describe_resource(resource_type: int, name: str) -> str:
+    """``topic 't'``, ``broker '1'``; the BROKER name "" is the cluster-wide default entity."""
+    if resource_type == ConfigResourceType.BROKER and name == "":
+        return "the default broker config"
     try:
         kind = ConfigResourceType(resource_type).name.lower()
     except ValueError:

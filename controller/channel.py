@@ -363,6 +363,19 @@ class ControllerBrokerRequestBatch:
             "offline_replicas": [r for r in replicas if not self.context.is_replica_online(r, True, tp)],
         }
 
+    def _reassignment_fields(
+        self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, replicas: Sequence[int]
+    ) -> dict:
+        """KIP-455's adding and removing replicas of a partition being reassigned."""
+        target = self.context.partitions_being_reassigned.get(tp)
+        if target is None:
+            return {"adding_replicas": [], "removing_replicas": []}
+        isr = state.leader_and_isr.isr
+        return {
+            "adding_replicas": [r for r in target if r not in isr],
+            "removing_replicas": [r for r in replicas if r not in target],
+        }
+
     def leader_and_isr_body(
         self, controller_epoch: int, entries: dict[TopicPartition, _LeaderAndIsrEntry]
     ) -> dict:
@@ -371,7 +384,11 @@ class ControllerBrokerRequestBatch:
             "controller_id": self.controller_id,
             "controller_epoch": controller_epoch,
             "partition_states": [
-                {**self._partition_state(tp, e.state, e.replicas), "is_new": e.is_new}
+                {
+                    **self._partition_state(tp, e.state, e.replicas),
+                    "is_new": e.is_new,
+                    **self._reassignment_fields(tp, e.state, e.replicas),
+                }
                 for tp, e in sorted(entries.items())
             ],
             "live_leaders": [

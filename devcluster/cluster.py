@@ -1,9 +1,11 @@
 """The local cluster runner (docs/operations.md "Local cluster layout"): one ZooKeeper and N broker
-processes on loopback. ``LocalCluster`` composes the parts of ``devcluster``: the state file (``state``),
-the broker processes (``processes``), the ZooKeeper process (``zookeeper``), the network namespaces
-(``netns``) and the ports (``ports``). ``LocalCluster(DIR)`` owns a data directory laid out as::
+processes on loopback, each broker serving Prometheus ``/metrics``. ``LocalCluster`` composes the
+parts of ``devcluster``: the state file (``state``), starting processes and waiting for them
+(``launch``), the status report (``report``), the broker processes (``processes``), the ZooKeeper
+process (``zookeeper``), the network namespaces (``netns``) and the ports (``ports``).
+``LocalCluster(DIR)`` owns a data directory laid out as::
 
-    DIR/cluster.json                  the state file (ports, pids, configs, bootstrap string)
+    DIR/cluster.json                  the state file (ports, /metrics ports, pids, configs, bootstrap)
     DIR/zookeeper/                    ZooKeeper's data and zookeeper.out
     DIR/broker-<i>/server.properties  Kafka property names (docs/operations.md)
     DIR/broker-<i>/data/              the broker's log.dirs (with ``up(disk_size=...)``, a FUSE
@@ -25,32 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from devcluster import report
 from devcluster.disk import BrokerDisk, DiskError, DiskState, check_available, check_size
 from devcluster.errors import ClusterError
+from devcluster.launch import POLL_S, Launcher, broker_disk
 from devcluster.netns import netns_available
-from devcluster.ports import HOST, check_port_free
-from devcluster.processes import (
-    SIGNALS,
-    Processes,
-    broker_marker,
-    default_broker_command,
-    launch_broker,
-    tail,
-    zookeeper_marker,
-)
+from devcluster.ports import HOST
+from devcluster.processes import SIGNALS, Processes, broker_marker, default_broker_command, zookeeper_marker
 from devcluster.state import STATE_FILE, BrokerState, ClusterState, new_state, read_state, write_state
-from devcluster.zookeeper import (
-    ZooKeeperProcess,
-    ZooKeeperUnavailable,
-    controller_of,
-    registered_ids,
-    ruok,
-    zk_session,
-)
+from devcluster.zookeeper import registered_ids, ruok, zk_session
 
 log = logging.getLogger(__name__)
-
-POLL_S = 0.2
 
 
 class LocalCluster:
@@ -67,6 +54,7 @@ class LocalCluster:
         self._broker_command = list(broker_command) if broker_command else None
         self._progress_sink = progress
         self._procs = Processes()
+        self._launcher = Launcher(self._procs, self._progress)
         self.state: ClusterState | None = read_state(self.state_file)
 
     @classmethod
@@ -98,8 +86,11 @@ class LocalCluster:
         netns: bool = False,
         disk_size: str | None = None,
         log_dirs_per_broker: int = 1,
+        metrics_base_port: int | None = None,
     ) -> ClusterState:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
+        Broker i serves /metrics on ``metrics_base_port + i - 1``, by default a free block of loopback
+        ports; a ``metrics.port`` in ``overrides`` is the user's and is kept (-1 turns /metrics off).
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
         ``isolate`` can cut it off the network (devcluster/netns.py). With ``disk_size`` (root only) every
         broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or make it
@@ -113,30 +104,16 @@ class LocalCluster:
         if disk_size is not None:
             check_available()
             disk_size = check_size(disk_size)
-        state = self.state
-        if state is None:
-            if netns and not netns_available():
-                raise ClusterError("network namespaces need root and iproute2 (`ip`)")
-            state = self._new_state(
-                brokers, zookeeper_port, base_port, dict(overrides or {}), netns, log_dirs_per_broker
-            )
-        elif len(state.brokers) != brokers:
-            raise ClusterError(
-                f"{self.data_dir} already holds a {len(state.brokers)}-broker cluster; "
-                f"use another --data-dir for a {brokers}-broker one"
-            )
-        elif overrides and dict(overrides) != state.overrides:
-            self._progress(
-                f"note: {self.data_dir} keeps its recorded configs; --config is ignored for an existing cluster"
-            )
-        self.state = state
-        if disk_size is not None and state.disks is None:
-            if any(self._broker_alive(b) for b in state.brokers.values()):
-                raise ClusterError(f"the cluster in {self.data_dir} runs without disk faults: stop it first")
-            state.disks = DiskState(disk_size)
-        elif disk_size is not None and not any(map(self._broker_alive, state.brokers.values())):
-            state.disks.size = disk_size  # unmounted while stopped: the next set-up mounts this size
-
+        state = self._reuse_or_create(
+            brokers,
+            zookeeper_port,
+            base_port,
+            dict(overrides or {}),
+            metrics_base_port,
+            netns,
+            log_dirs_per_broker,
+        )
+        self._set_disk_size(state, disk_size)
         zk_up = self._zookeeper_alive(state)
         to_start = [b for b in state.brokers.values() if not self._broker_alive(b)]
         if zk_up and not to_start:
@@ -144,48 +121,90 @@ class LocalCluster:
             state.status = "running"
             self._save()
             return state
-
-        if not zk_up:
-            check_port_free(state.zookeeper.port, "ZooKeeper")
+        self._launcher.check_ports(state, to_start, zookeeper=not zk_up)
         if state.layout is not None:
             state.layout.create(sorted(state.brokers))
-        else:
-            for broker in to_start:
-                check_port_free(broker.port, f"broker {broker.id}")
+        self._start_missing(state, zk_up, to_start, timeout)
+        controller_id, epoch = self.controller()
+        self._progress(f"controller: broker {controller_id} (epoch {epoch})")
+        return state
 
+    def _reuse_or_create(
+        self,
+        brokers: int,
+        zookeeper_port: int,
+        base_port: int,
+        overrides: dict[str, str],
+        metrics_base_port: int | None,
+        netns: bool,
+        log_dirs_per_broker: int,
+    ) -> ClusterState:
+        """The recorded state (with a note when other overrides or a metrics base port are asked for),
+        or a new one from the arguments."""
+        state = self.state
+        if state is None:
+            if netns and not netns_available():
+                raise ClusterError("network namespaces need root and iproute2 (`ip`)")
+            state = self._new_state(
+                brokers, zookeeper_port, base_port, overrides, netns, log_dirs_per_broker, metrics_base_port
+            )
+        elif len(state.brokers) != brokers:
+            raise ClusterError(
+                f"{self.data_dir} already holds a {len(state.brokers)}-broker cluster; "
+                f"use another --data-dir for a {brokers}-broker one"
+            )
+        elif (overrides and overrides != state.overrides) or metrics_base_port is not None:
+            self._progress(
+                f"note: {self.data_dir} keeps its recorded ports and configs; --config and "
+                "--metrics-base-port are ignored for an existing cluster"
+            )
+        self.state = state
+        return state
+
+    def _set_disk_size(self, state: ClusterState, disk_size: str | None) -> None:
+        if disk_size is not None and state.disks is None:
+            if any(self._broker_alive(b) for b in state.brokers.values()):
+                raise ClusterError(f"the cluster in {self.data_dir} runs without disk faults: stop it first")
+            state.disks = DiskState(disk_size)
+        elif disk_size is not None and not any(map(self._broker_alive, state.brokers.values())):
+            state.disks.size = disk_size  # unmounted while stopped: the next set-up mounts this size
+
+    def _start_missing(
+        self, state: ClusterState, zk_up: bool, to_start: list[BrokerState], timeout: float
+    ) -> None:
+        """Start ZooKeeper (unless ``zk_up``) and ``to_start``, then wait for every broker and a
+        controller; on any failure, stop what this call started and re-raise."""
         started: list[int] = []
         zk_started = False
         try:
             if not zk_up:
-                self._start_zookeeper(state)
+                self._launcher.start_zookeeper(state)
                 zk_started = True
             for broker in to_start:
-                self._spawn_broker(broker, state)
+                self._launcher.spawn_broker(broker, state)
                 started.append(broker.id)
             state.status = "running"
             self._save()
             self._progress(
                 f"waiting for {len(state.brokers)} brokers to register and a controller to be elected"
             )
-            self._wait_registered(sorted(state.brokers), timeout, need_controller=True)
+            self._launcher.wait_registered(state, sorted(state.brokers), timeout, need_controller=True)
         except BaseException:
-            self._progress("start-up failed: stopping what this run started")
-            self._procs.terminate(
-                {state.brokers[i].pid: broker_marker(state.brokers[i]) for i in started}, 10
-            )
-            for i in started:
-                state.brokers[i].pid = None
-            self._tear_down_disks(state, [b.id for b in state.brokers.values() if not self._broker_alive(b)])
-            if zk_started:
-                self._procs.terminate({state.zookeeper.pid: zookeeper_marker(state.zookeeper)}, 10)
-                state.zookeeper.pid = None
-            if zk_started or not any(self._broker_alive(b) for b in state.brokers.values()):
-                state.status = "stopped"
-            self._save()
+            self._roll_back(state, started, zk_started)
             raise
-        controller_id, epoch = self.controller()
-        self._progress(f"controller: broker {controller_id} (epoch {epoch})")
-        return state
+
+    def _roll_back(self, state: ClusterState, started: list[int], zk_started: bool) -> None:
+        self._progress("start-up failed: stopping what this run started")
+        self._procs.terminate({state.brokers[i].pid: broker_marker(state.brokers[i]) for i in started}, 10)
+        for i in started:
+            state.brokers[i].pid = None
+        self._tear_down_disks(state, [b.id for b in state.brokers.values() if not self._broker_alive(b)])
+        if zk_started:
+            self._procs.terminate({state.zookeeper.pid: zookeeper_marker(state.zookeeper)}, 10)
+            state.zookeeper.pid = None
+        if zk_started or not any(self._broker_alive(b) for b in state.brokers.values()):
+            state.status = "stopped"
+        self._save()
 
     def _new_state(
         self,
@@ -195,10 +214,19 @@ class LocalCluster:
         overrides: dict[str, str],
         netns: bool = False,
         log_dirs_per_broker: int = 1,
+        metrics_base_port: int | None = None,
     ) -> ClusterState:
         command = self._broker_command or default_broker_command()
         return new_state(
-            self.data_dir, brokers, zookeeper_port, base_port, overrides, command, netns, log_dirs_per_broker
+            self.data_dir,
+            brokers,
+            zookeeper_port,
+            base_port,
+            overrides,
+            command,
+            netns,
+            log_dirs_per_broker,
+            metrics_base_port,
         )
 
     # -- status --------------------------------------------------------------------------------
@@ -213,56 +241,19 @@ class LocalCluster:
         )
 
     def status(self) -> dict[str, Any]:
-        """Per broker: process alive / paused, registered in ZooKeeper, controller; ZooKeeper health;
-        the controller id and epoch. A plain dict, ready for ``json.dumps``."""
+        """Per broker: process alive / paused, registered in ZooKeeper, controller, /metrics address;
+        ZooKeeper health; the controller id and epoch. A plain dict, ready for ``json.dumps``."""
+        return report.cluster_status(self._require_state(), self._launcher)
+
+    def metrics_addresses(self) -> dict[int, str | None]:
+        """Each broker's ``http://host:port/metrics``; None for a broker that serves none, or picks
+        its own port (``--config metrics.port=0``: the broker logs it in its broker.out)."""
         state = self._require_state()
-        zk = state.zookeeper
-        zk_ok = ruok(HOST, zk.port)
-        registered: set[int] = set()
-        controller_id = epoch = None
-        if zk_ok:
-            with zk_session(zk.port) as client:
-                registered = registered_ids(client)
-                controller_id, epoch = controller_of(client)
-        brokers = []
-        for broker in sorted(state.brokers.values(), key=lambda b: b.id):
-            alive = self._broker_alive(broker)
-            brokers.append(
-                {
-                    "id": broker.id,
-                    "port": broker.port,
-                    "pid": broker.pid,
-                    "alive": alive,
-                    "paused": alive and self._procs.paused(broker.pid),
-                    "registered": broker.id in registered,
-                    "controller": broker.id == controller_id,
-                    "config": broker.config,
-                    "log_dir": broker.log_dir,
-                    "disk": self._disk(broker).describe() if state.disks else None,
-                }
-            )
-        return {
-            "data_dir": state.data_dir,
-            "status": state.status,
-            "bootstrap": state.bootstrap,
-            "zookeeper": {
-                "port": zk.port,
-                "pid": zk.pid,
-                "alive": self._zookeeper_alive(state, check_ruok=False),
-                "ok": zk_ok,
-                "data_dir": zk.data_dir,
-            },
-            "controller": {"id": controller_id, "epoch": epoch},
-            "brokers": brokers,
-        }
+        return {i: state.metrics_address(i) for i in sorted(state.brokers)}
 
     def controller(self) -> tuple[int | None, int | None]:
         """(controller id, controller epoch) from ZooKeeper; (None, None) when ZooKeeper is down."""
-        state = self._require_state()
-        if not ruok(HOST, state.zookeeper.port):
-            return None, None
-        with zk_session(state.zookeeper.port) as client:
-            return controller_of(client)
+        return report.controller(self._require_state())
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, timeout: float = 30.0) -> None:
@@ -371,11 +362,10 @@ class LocalCluster:
             raise ClusterError(
                 f"ZooKeeper on port {state.zookeeper.port} is not running: start the cluster with `floodmark cluster up`"
             )
-        if state.layout is None:
-            check_port_free(broker.port, f"broker {broker_id}")
-        self._spawn_broker(broker, state)
+        self._launcher.check_ports(state, [broker], zookeeper=False)
+        self._launcher.spawn_broker(broker, state)
         self._save()
-        self._wait_registered([broker_id], timeout, need_controller=False)
+        self._launcher.wait_registered(state, [broker_id], timeout, need_controller=False)
         return broker.pid
 
     def wait_registered(self, broker_id: int, registered: bool = True, timeout: float = 30.0) -> None:
@@ -412,26 +402,13 @@ class LocalCluster:
         return state.brokers[broker_id]
 
     def _broker_alive(self, broker: BrokerState) -> bool:
-        return self._procs.alive(broker.pid, broker_marker(broker))
+        return self._launcher.broker_alive(broker)
 
     def _zookeeper_alive(self, state: ClusterState, check_ruok: bool = True) -> bool:
-        alive = self._procs.alive(state.zookeeper.pid, zookeeper_marker(state.zookeeper))
-        return alive and (not check_ruok or ruok(HOST, state.zookeeper.port))
-
-    def _start_zookeeper(self, state: ClusterState) -> None:
-        zk = state.zookeeper
-        self._progress(f"starting ZooKeeper on {HOST}:{zk.port} (data in {zk.data_dir})")
-        server = ZooKeeperProcess(zk.port, Path(zk.data_dir))
-        try:
-            server.start()
-        except ZooKeeperUnavailable as exc:
-            raise ClusterError(
-                f"{exc}; last lines of {zk.data_dir}/zookeeper.out:\n{tail(Path(zk.data_dir) / 'zookeeper.out')}"
-            ) from None
-        zk.pid = self._procs.track(server.process)
+        return self._launcher.zookeeper_alive(state, check_ruok)
 
     def _disk(self, broker: BrokerState) -> BrokerDisk:
-        return BrokerDisk(Path(broker.out).parent, Path(broker.log_dir))
+        return broker_disk(broker)
 
     def _tear_down_disks(self, state: ClusterState, broker_ids: list[int]) -> None:
         for broker_id in broker_ids if state.disks is not None else []:
@@ -439,60 +416,3 @@ class LocalCluster:
                 state.disks.tear_down(broker_id, self._disk(state.brokers[broker_id]))
             except (DiskError, OSError) as exc:  # the next broker's disk and ZooKeeper still stop
                 self._progress(f"broker {broker_id}'s disk: {exc}")
-
-    def _spawn_broker(self, broker: BrokerState, state: ClusterState) -> None:
-        if state.disks is not None:  # mounted before the broker starts, so its namespace sees them
-            state.disks.set_up(broker.id, self._disk(broker))
-            self._progress(
-                f"broker {broker.id}'s log dir is a FUSE filesystem over a {state.disks.size} tmpfs"
-            )
-        host = state.broker_host(broker.id)
-        self._progress(f"starting broker {broker.id} on {host}:{broker.port} (log in {broker.out})")
-        prefix = state.layout.exec_prefix(broker.id) if state.layout is not None else []
-        popen = launch_broker(
-            [*prefix, *state.broker_command, "--config", broker.config],
-            Path(broker.out),
-            f"floodmark cluster: starting broker {broker.id}",
-        )
-        broker.pid = self._procs.track(popen)
-        broker.started_at = time.time()
-
-    def _wait_registered(self, broker_ids: list[int], timeout: float, need_controller: bool) -> None:
-        state = self._require_state()
-        deadline = time.monotonic() + timeout
-        from kazoo.exceptions import KazooException
-
-        with zk_session(state.zookeeper.port) as client:
-            while True:
-                for broker_id in broker_ids:
-                    self._check_not_dead(state.brokers[broker_id])
-                try:
-                    registered = registered_ids(client)
-                    controller_id, _ = controller_of(client) if need_controller else (0, None)
-                except KazooException:
-                    registered, controller_id = set(), None
-                missing = [i for i in broker_ids if i not in registered]
-                if not missing and controller_id is not None:
-                    for broker_id in broker_ids:
-                        self._progress(f"broker {broker_id} registered (pid {state.brokers[broker_id].pid})")
-                    return
-                if time.monotonic() >= deadline:
-                    if missing:
-                        broker = state.brokers[missing[0]]
-                        raise ClusterError(
-                            f"broker {broker.id} did not register in ZooKeeper within {timeout:g}s "
-                            f"(process {broker.pid} still running); last lines of {broker.out}:\n{tail(Path(broker.out))}"
-                        )
-                    raise ClusterError(
-                        f"no controller was elected within {timeout:g}s (/controller is missing)"
-                    )
-                time.sleep(POLL_S)
-
-    def _check_not_dead(self, broker: BrokerState) -> None:
-        if self._broker_alive(broker):
-            return
-        code = self._procs.exit_code(broker.pid, wait_s=2.0) if broker.pid else None
-        how = f"exited with code {code}" if code is not None else "is not running"
-        raise ClusterError(
-            f"broker {broker.id} {how} before registering in ZooKeeper; last lines of {broker.out}:\n{tail(Path(broker.out))}"
-        )

@@ -1,9 +1,11 @@
-"""Loopback ports for a local cluster: free ones for ZooKeeper and N consecutive broker ports,
-and the check that a recorded port is still free before its process starts."""
+"""Loopback ports for a local cluster: free ones for ZooKeeper and N consecutive broker ports, a
+second block of N for the brokers' ``/metrics`` endpoints (docs/operations.md "Local cluster
+layout"), and the check that a recorded port is still free before its process starts."""
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Collection
 
 from devcluster.errors import ClusterError
 
@@ -32,15 +34,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def free_port_block(count: int, attempts: int = 200) -> int:
-    """A base port such that base-1 (for ZooKeeper) .. base+count-1 (brokers) are all free."""
+def free_block(count: int, avoid: Collection[int] = (), attempts: int = 200) -> int:
+    """A base port such that base .. base+count-1 are all free and none of them is in ``avoid``
+    (ports already chosen for the same cluster but not bound yet)."""
     for _ in range(attempts):
         with socket.socket() as probe:
             probe.bind((HOST, 0))
             base = probe.getsockname()[1]
-        if base + count < 65535 and all(_bindable(p) for p in range(base - 1, base + count)):
+        block = range(base, base + count)
+        if block[-1] <= 65535 and not set(block) & set(avoid) and all(map(_bindable, block)):
             return base
-    raise RuntimeError(f"no block of {count + 1} free loopback ports found")
+    raise ClusterError(f"no block of {count} free loopback ports found")
+
+
+def free_port_block(count: int, attempts: int = 200) -> int:
+    """A base port such that base-1 (for ZooKeeper) .. base+count-1 (brokers) are all free."""
+    return free_block(count + 1, attempts=attempts) + 1
 
 
 def check_port_free(port: int, owner: str) -> None:

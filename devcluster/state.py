@@ -4,7 +4,9 @@ It records what the runner started (ports, pids, configs, the bootstrap string, 
 namespace index and the faultable disks) so that every later ``floodmark cluster`` command, in
 another process, acts on the same processes. It is written atomically (a temp file, then
 ``os.replace``). Each broker's ``server.properties`` uses Kafka's property names
-(docs/operations.md); the keys that differ per broker (``RUNNER_KEYS``) are the runner's.
+(docs/operations.md); the keys that differ per broker (``RUNNER_KEYS``) are the runner's. Each
+broker serves Prometheus ``/metrics`` on its ``metrics.port``, by default a port of a second
+block the runner picks, unless the user's ``--config metrics.port`` says otherwise.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from typing import Any
 from devcluster.disk import DiskState
 from devcluster.errors import ClusterError
 from devcluster.netns import NetnsLayout, layout_for
-from devcluster.ports import HOST
+from devcluster.ports import HOST, free_block
 
 STATE_FILE = "cluster.json"
 DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeperServerMain's tickTime is 3000 ms: 6000 is the minimum
 #: Keys the runner owns: they differ per broker and are derived from the layout above.
 RUNNER_KEYS = ("broker.id", "listeners", "log.dirs", "zookeeper.connect")
+#: The broker's /metrics port: the runner sets one per broker unless the user's --config sets it.
+METRICS_KEY = "metrics.port"
 
 
 @dataclass
@@ -46,6 +50,10 @@ class BrokerState:
     #: JBOD: log dirs after the first (``up(log_dirs_per_broker=N)``), on the real disk even
     #: with disk faults, so a failing first dir takes only that dir offline (KIP-112).
     extra_log_dirs: list[str] = field(default_factory=list)
+    #: Its ``metrics.port``: the runner's, or the user's ``--config metrics.port``; 0 when the broker
+    #: picks one (it logs the address in ``out``); None when it serves no /metrics (-1, or a state
+    #: file written before the runner turned metrics on).
+    metrics_port: int | None = None
 
     @property
     def log_dirs(self) -> list[str]:
@@ -79,6 +87,12 @@ class ClusterState:
     def zookeeper_host(self) -> str:
         """Where brokers reach ZooKeeper: loopback, or the bridge when they live in namespaces."""
         return self.layout.gateway if self.layout else HOST
+
+    def metrics_address(self, broker_id: int) -> str | None:
+        """``http://host:port/metrics`` of a broker's endpoint (it binds its listener's host); None
+        when it serves none or picks its own port."""
+        port = self.brokers[broker_id].metrics_port
+        return f"http://{self.broker_host(broker_id)}:{port}/metrics" if port else None
 
     @property
     def bootstrap(self) -> str:
@@ -124,8 +138,10 @@ def render_properties(
     overrides: Mapping[str, str],
     host: str = HOST,
     zookeeper_host: str = HOST,
+    metrics_port: int | None = None,
 ) -> str:
-    """A broker's server.properties: the runner's keys, a short session timeout, then the user's."""
+    """A broker's server.properties: the runner's keys, a short session timeout, the runner's
+    ``metrics.port`` (when it chose one), then the user's."""
     clash = sorted(set(overrides) & set(RUNNER_KEYS))
     if clash:
         raise ClusterError(
@@ -137,11 +153,47 @@ def render_properties(
         "log.dirs": ",".join(str(d) for d in (log_dir if isinstance(log_dir, list) else [log_dir])),
         "zookeeper.connect": f"{zookeeper_host}:{zookeeper_port}",
         "zookeeper.session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
+        **({METRICS_KEY: str(metrics_port)} if metrics_port is not None else {}),
         **overrides,
     }
     lines = ["# written by floodmark's local cluster runner (devcluster/)"]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
+
+
+def metrics_ports(
+    ports: list[int],
+    zookeeper_port: int,
+    overrides: Mapping[str, str],
+    metrics_base_port: int | None = None,
+    netns: bool = False,
+) -> list[int | None]:
+    """Each broker's ``metrics.port``, in broker order. The user's ``--config metrics.port`` is kept
+    as it is (-1: none, 0: the broker picks); otherwise broker i gets ``metrics_base_port + i - 1``,
+    by default from a free block beside the cluster's other ports."""
+    if METRICS_KEY in overrides:
+        if metrics_base_port is not None:
+            raise ClusterError(f"--config {METRICS_KEY} and --metrics-base-port are both set: keep one")
+        try:
+            port = int(overrides[METRICS_KEY])
+        except ValueError:
+            raise ClusterError(f"--config {METRICS_KEY} must be a port, -1 or 0") from None
+        if port > 0 and len(ports) > 1 and not netns:
+            raise ClusterError(
+                f"--config {METRICS_KEY}={port} gives all {len(ports)} brokers the same loopback port: "
+                f"leave it out (each broker gets its own) or set it to -1 (off) or 0 (the broker picks)"
+            )
+        return [port if port >= 0 else None] * len(ports)
+    taken = [zookeeper_port, *ports]
+    base = metrics_base_port if metrics_base_port is not None else free_block(len(ports), avoid=taken)
+    chosen = [base + i for i in range(len(ports))]
+    if chosen[-1] > 65535:
+        raise ClusterError(f"metrics ports {chosen[0]}-{chosen[-1]} run past 65535")
+    if set(chosen) & set(taken):
+        raise ClusterError(
+            f"metrics ports {chosen[0]}-{chosen[-1]} collide with the ZooKeeper or broker ports"
+        )
+    return list(chosen)
 
 
 def new_state(
@@ -153,9 +205,11 @@ def new_state(
     broker_command: list[str],
     netns: bool = False,
     log_dirs_per_broker: int = 1,
+    metrics_base_port: int | None = None,
 ) -> ClusterState:
-    """A fresh "stopped" state for brokers 1..N on consecutive ports; every broker's config is
-    validated, then written, and its log dirs made, before anything starts."""
+    """A fresh "stopped" state for brokers 1..N on consecutive ports (and /metrics ports:
+    ``metrics_ports``); every broker's config is validated, then written, and its log dirs made,
+    before anything starts."""
     if log_dirs_per_broker < 1:
         raise ClusterError("a broker needs at least one log dir")
     ports = [base_port + i for i in range(brokers)]
@@ -165,6 +219,7 @@ def new_state(
         )
     if ports[-1] > 65535:
         raise ClusterError(f"broker ports {ports[0]}-{ports[-1]} run past 65535")
+    metrics = metrics_ports(ports, zookeeper_port, overrides, metrics_base_port, netns)
     zk = ZooKeeperState(port=zookeeper_port, data_dir=str(data_dir / "zookeeper"))
     state = ClusterState(
         data_dir=str(data_dir),
@@ -175,7 +230,7 @@ def new_state(
         status="stopped",
         netns_index=layout_for(zookeeper_port).index if netns else None,
     )
-    for broker_id, port in enumerate(ports, start=1):
+    for broker_id, (port, metrics_port) in enumerate(zip(ports, metrics, strict=True), start=1):
         home = data_dir / f"broker-{broker_id}"
         state.brokers[broker_id] = BrokerState(
             id=broker_id,
@@ -184,17 +239,24 @@ def new_state(
             log_dir=str(home / "data"),
             out=str(home / "broker.out"),
             extra_log_dirs=[str(home / f"data-{k}") for k in range(2, log_dirs_per_broker + 1)],
+            metrics_port=metrics_port,
         )
-    # Validate every config before anything starts, then write them.
+    _write_configs(state, overrides)
+    return state
+
+
+def _write_configs(state: ClusterState, overrides: Mapping[str, str]) -> None:
+    """Validate every broker's config before anything starts, then write them and make the log dirs."""
     texts = {
         b.id: render_properties(
             b.id,
             b.port,
             [Path(d) for d in b.log_dirs],
-            zookeeper_port,
+            state.zookeeper.port,
             overrides,
             state.broker_host(b.id),
             state.zookeeper_host,
+            metrics_port=None if METRICS_KEY in overrides else b.metrics_port,
         )
         for b in state.brokers.values()
     }
@@ -202,7 +264,6 @@ def new_state(
         for d in broker.log_dirs:
             Path(d).mkdir(parents=True, exist_ok=True)
         Path(broker.config).write_text(texts[broker.id])
-    return state
 
 
 def read_state(state_file: Path) -> ClusterState | None:

@@ -56,6 +56,7 @@ from zk.paths import (
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK_PATH,
     broker_id_path,
+    config_broker_path,
     config_change_path,
     config_topic_path,
     partition_state_path,
@@ -134,8 +135,23 @@ async def get_topic_config(zk: ZkBridge, topic: str) -> dict[str, str]:
 async def set_topic_config(zk: ZkBridge, topic: str, config: dict[str, str]) -> None:
     """Write /config/topics/<t> {"version":1,"config":{...}} whatever it held, creating it when
     absent (Kafka's KafkaZkClient.setOrCreateEntityConfigs)."""
-    data = encode_topic_config(config)
-    path = config_topic_path(topic)
+    await _set_or_create(zk, config_topic_path(topic), encode_topic_config(config))
+
+
+async def get_broker_config(zk: ZkBridge, entity: str) -> dict[str, str]:
+    """/config/brokers/<id> or /config/brokers/<default> (KIP-226's dynamic broker configs)."""
+    got = await zk.get(config_broker_path(entity))
+    return {} if got is None else decode_topic_config(got[0])
+
+
+async def change_broker_config(zk: ZkBridge, entity: str, config: dict[str, str]) -> None:
+    """Replace a broker entity's dynamic configs and tell the brokers (Kafka's
+    AdminZkClient.changeBrokerConfig: the znode, then ``brokers/<entity>`` in /config/changes)."""
+    await _set_or_create(zk, config_broker_path(entity), encode_topic_config(config))
+    await create_config_change_notification(zk, f"brokers/{entity}")
+
+
+async def _set_or_create(zk: ZkBridge, path: str, data: bytes) -> None:
     for _ in range(3):
         try:
             await zk.set(path, data)

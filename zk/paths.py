@@ -16,6 +16,9 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 CONFIG_PATH = "/config"
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_BROKERS_PATH = "/config/brokers"
+#: The entity name of the cluster-wide broker defaults (Kafka's ConfigEntityName.Default).
+DEFAULT_BROKER_ENTITY = "<default>"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
@@ -68,6 +71,11 @@ def delete_topic_path(topic: str) -> str:
 
 def config_topic_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{topic}"
+
+
+def config_broker_path(entity: str) -> str:
+    """/config/brokers/<id> or /config/brokers/<default>: dynamic broker configs (KIP-226)."""
+    return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
 def config_change_path(name: str) -> str:

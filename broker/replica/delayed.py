@@ -33,6 +33,8 @@ class LeaderReplicas(Protocol):
 
     def min_insync_replicas(self, topic: str) -> int: ...
 
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool: ...
+
     def read_from_local_log(
         self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
     ) -> dict: ...
@@ -131,6 +133,10 @@ class DelayedFetch(DelayedOperation):
                 return self.force_complete()
             end = log_.log_end_offset if is_follower else log_.high_watermark
             fetch_offset = status.fetch["fetch_offset"]
+            if is_follower and self.replica_manager.should_leader_throttle(
+                partition, self.body["replica_id"]
+            ):
+                continue  # held back by the replication throttle: nothing it could get counts (Kafka's rule)
             if fetch_offset > end or fetch_offset < log_.log_start_offset:
                 return self.force_complete()  # out of range: answer with the error now
             if is_follower and log_.high_watermark != status.high_watermark:

@@ -14,8 +14,12 @@ left out until ``replica.fetch.backoff.ms`` has passed (Kafka's PartitionFetchSt
 Every answer is applied only to the fetch state it was asked for (Kafka compares the current
 leader epoch, under ``partitionMapLock``): a LeaderAndIsr that arrives while a request is in
 flight replaces the partition's :class:`FetchState`, and the old answer is dropped. LeaderAndIsr
-adds and removes partitions through :class:`ReplicaFetcherManager` (Kafka's
-AbstractFetcherManager), which keeps one fetcher per leader and endpoint.
+adds and removes partitions through :class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`
+(Kafka's AbstractFetcherManager), which keeps one fetcher per leader and endpoint.
+
+KIP-73's follower throttle: while this broker's FollowerReplication rate is over its bound, a
+throttled partition that is not in sync (its last answer showed a lag) is left out of the FETCH,
+and the bytes fetched for throttled partitions are counted (Kafka's shouldFollowerThrottle).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from broker.replica.truncation import (
@@ -71,6 +75,12 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True  # a new leader: truncate before the first fetch
     delayed_until: float = 0.0  # loop time before which nothing is sent for it (after an error)
+    lag: int = -1  # the leader's HW minus our LEO at the last answer (-1: none yet), Kafka's lag
+
+    @property
+    def in_sync(self) -> bool:
+        """Kafka's FetcherLagStats.isReplicaInSync: no lag at the last answer."""
+        return self.lag <= 0
 
     def ready(self, now: float) -> bool:
         return self.delayed_until <= now
@@ -318,12 +328,16 @@ class ReplicaFetcher:
     # -- fetch --------------------------------------------------------------------------------------------
     async def _fetch(self, connection: LeaderConnection) -> bool:
         now = asyncio.get_running_loop().time()
+        quota = self.rm.quotas.follower
+        over_quota = quota.is_quota_exceeded(self.rm.time_ms())
         topics: dict[str, list[dict]] = {}
         sent: dict[TopicPartition, FetchState] = {}
         for tp, state in self.partitions.items():
             log_ = self.rm.get_log(tp)
             if state.truncating or log_ is None or not state.ready(now):
                 continue
+            if over_quota and not state.in_sync and quota.is_throttled(tp):
+                continue  # KIP-73: held back until the follower's replication rate is under its bound
             sent[tp] = state
             topics.setdefault(tp[0], []).append(
                 {
@@ -359,8 +373,13 @@ class ReplicaFetcher:
     ) -> None:
         code = data["error_code"]
         if code == ErrorCode.NONE:
+            if self.rm.quotas.follower.is_throttled(tp):
+                self.rm.quotas.follower.record(len(data["records"]), self.rm.time_ms())
             try:
                 self.rm.append_as_follower(tp, data["records"], data["high_watermark"])
+                log_ = self.rm.get_log(tp)
+                if log_ is not None:
+                    state.lag = max(0, data["high_watermark"] - log_.log_end_offset)
             except KafkaError as exc:
                 if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                     log.error("%s: cannot append to %s-%s: %s; stopping its fetch", self.name, *tp, exc)
@@ -439,55 +458,3 @@ class ReplicaFetcher:
                 self._delay(tp, answer["error_code"])
             return None
         return answer["offset"]
-
-
-class ReplicaFetcherManager:
-    """Adds and removes partitions from per-leader fetchers as LeaderAndIsr says."""
-
-    def __init__(self, replica_manager: ReplicaManager, connect: ConnectionFactory = open_connection) -> None:
-        self.rm = replica_manager
-        self._open = connect
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._owner: dict[TopicPartition, int] = {}
-        self._stopping: set[asyncio.Task] = set()
-
-    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
-        self.remove_partition(tp)
-        self._fetcher_for(leader).add(tp, leader_epoch)
-        self._owner[tp] = leader["id"]
-
-    def _fetcher_for(self, leader: dict) -> ReplicaFetcher:
-        """The fetcher for ``leader`` at its current endpoint. When its host or port changed (it
-        restarted with another listener), a new fetcher takes over every partition of the old
-        one, fetch state and all, and the old one stops. (Kafka's addFetcherForPartitions shuts
-        the old thread down and drops its other partitions until a LeaderAndIsr re-adds them.)"""
-        current = self.fetchers.get(leader["id"])
-        endpoint = (leader["host"], leader["port"])
-        if current is not None and (current.leader_host, current.leader_port) == endpoint:
-            return current
-        fetcher = self.fetchers[leader["id"]] = ReplicaFetcher(self.rm, leader, self._open)
-        if current is not None:
-            moved = current.detach()
-            log.info("%s: leader now at %s:%s; moving %d partitions", current.name, *endpoint, len(moved))
-            for tp, state in moved.items():
-                fetcher.adopt(tp, replace(state))  # a new object: the old task's answers no longer apply
-            task = asyncio.get_running_loop().create_task(current.stop())
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
-        return fetcher
-
-    def remove_partition(self, tp: TopicPartition) -> None:
-        owner = self._owner.pop(tp, None)
-        if owner is not None and owner in self.fetchers:
-            self.fetchers[owner].remove(tp)
-
-    def fetching(self) -> dict[TopicPartition, int]:
-        return dict(self._owner)
-
-    async def shutdown(self) -> None:
-        for fetcher in self.fetchers.values():
-            await fetcher.stop()
-        for task in list(self._stopping):
-            await task
-        self.fetchers.clear()
-        self._owner.clear()

@@ -36,6 +36,7 @@ from broker.log import Log, LogManager
 from broker.log.log_dir_failure import KafkaStorageError
 from broker.metadata_cache import MetadataCache
 from broker.replica.partition import Partition, PartitionState
+from broker.replica.replication_quota import ReplicationQuotas
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 
 class ReplicaFetchers(Protocol):
     """What the replica manager needs of its fetcher manager
-    (:class:`~broker.replica.fetcher.ReplicaFetcherManager`, Kafka's ReplicaFetcherManager)."""
+    (:class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`, Kafka's ReplicaFetcherManager)."""
 
     def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None: ...
 
@@ -82,6 +83,7 @@ class ReplicaState(Protocol):
     offline_partitions: set[TopicPartition]
     topic_overrides: dict[str, dict[str, str]]
     topic_configs: dict[str, dict]
+    quotas: ReplicationQuotas
     topic_config_source: Callable[[str], Awaitable[dict[str, str]]]
     time_ms: Callable[[], int]
     state_change_log: Callable[[dict], None]
@@ -278,6 +280,7 @@ class LeaderAndIsrHandler:
             if topic not in self.rm.topic_overrides:
                 self.rm.topic_configs[topic] = validate_topic_configs(overrides)
                 self.rm.topic_overrides[topic] = overrides
+                self.rm.quotas.apply_topic_config(topic, overrides, self.rm.broker_id)
         config = self.rm.config.log_config(self.rm.topic_overrides[topic])
         log_ = self.rm.log_manager.get_or_create_log(topic, partition, config, is_new=is_new)
         if log_.config != config:  # loaded from disk with the broker's defaults
@@ -364,6 +367,8 @@ class LeaderAndIsrHandler:
                 if not any(t == tp[0] for t, _ in self.rm.partitions):
                     self.rm.topic_configs.pop(tp[0], None)
                     self.rm.topic_overrides.pop(tp[0], None)
+                    self.rm.quotas.leader.remove_throttle(tp[0])
+                    self.rm.quotas.follower.remove_throttle(tp[0])
             else:
                 partition = self.rm.partitions.get(tp)
                 if partition is not None and partition.is_leader:

@@ -76,6 +76,9 @@ class PartitionState:
     isr: tuple[int, ...]
     zk_version: int
     replicas: tuple[int, ...]
+    #: KIP-455: a reassignment's replicas still to join and replicas to leave (else empty)
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @classmethod
     def from_request(cls, entry: dict) -> PartitionState:
@@ -86,6 +89,8 @@ class PartitionState:
             isr=tuple(entry["isr"]),
             zk_version=entry["zk_version"],
             replicas=tuple(entry["replicas"]),
+            adding_replicas=tuple(entry.get("adding_replicas", ())),
+            removing_replicas=tuple(entry.get("removing_replicas", ())),
         )
 
 
@@ -124,6 +129,8 @@ class Partition:
     controller_epoch: int = -1
     zk_version: int = 0
     assigned_replicas: tuple[int, ...] = ()
+    #: KIP-455 / KIP-352: set by LeaderAndIsr while a reassignment moves this partition
+    reassigning: bool = False
     isr: frozenset[int] = frozenset()
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote_replicas: dict[int, RemoteReplica] = field(default_factory=dict)
@@ -195,6 +202,7 @@ class Partition:
         self.isr = frozenset(state.isr)
         self.zk_version = state.zk_version
         self.assigned_replicas = state.replicas
+        self.reassigning = bool(state.adding_replicas or state.removing_replicas)
         self.pending_isr_change = None  # the controller's word is newer than any write of ours
         self.pending_isr_rejected = False
 

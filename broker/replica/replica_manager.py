@@ -24,6 +24,7 @@ from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionS
 from broker.replica.isr_manager import IsrManager, IsrStore
 from broker.replica.leader_and_isr import LeaderAndIsrHandler, NoReplicaFetchers, ReplicaFetchers
 from broker.replica.partition import Partition
+from broker.replica.replication_quota import ReplicationQuotas
 from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
@@ -54,7 +55,7 @@ class ReplicaManager:
         fetcher_manager: Callable[[ReplicaManager], ReplicaFetchers] | None = None,
     ) -> None:
         """``fetcher_manager`` makes the replica fetchers for this replica manager (the server
-        passes :class:`~broker.replica.fetcher.ReplicaFetcherManager`); without it nothing is
+        passes :class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`); without it nothing is
         fetched (:class:`~broker.replica.leader_and_isr.NoReplicaFetchers`, for unit tests)."""
         self.config = config
         self.broker_id = config.broker_id
@@ -70,6 +71,14 @@ class ReplicaManager:
         self.state_changes = LeaderAndIsrHandler(self)
         self.topic_overrides: dict[str, dict[str, str]] = {}  # as written in /config/topics/<t>
         self.topic_configs: dict[str, dict[str, Any]] = {}  # the same, parsed and typed
+        #: KIP-73's replication throttles (broker/replica/replication_quota.py); the rates are
+        #: dynamic broker configs, the throttled replicas topic configs
+        self.quotas = ReplicationQuotas.create(
+            config["replication.quota.window.num"],
+            config["replication.quota.window.size.seconds"] * 1000,
+            config["leader.replication.throttled.rate"],
+            config["follower.replication.throttled.rate"],
+        )
         self.controller_epoch = -1
         #: KIP-380: the czxid of this broker's /brokers/ids/<id>, set by the server each time it
         #: registers; controller requests addressed to an older one are refused.
@@ -245,10 +254,17 @@ class ReplicaManager:
                     ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {replica_id} is not a replica of {tp}"
                 )
             limit = None if is_follower else log_.high_watermark
+            # KIP-73: a follower out of the ISR of a throttled partition gets nothing while the
+            # leader's replication rate is over its bound (an in-sync one is never held back)
+            held = is_follower and self.should_leader_throttle(partition, replica_id)
             # Read first: a fetch offset outside the log (a diverged follower above our LEO)
             # raises OFFSET_OUT_OF_RANGE here and must not count as the follower's LEO, nor
             # move the HW or the ISR (Kafka updates the follower's state only after a good read).
-            data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=limit, min_one_message=True)
+            data = log_.read(
+                fetch["fetch_offset"], 0 if held else max_bytes, max_offset=limit, min_one_message=not held
+            )
+            if is_follower and self.quotas.leader.is_throttled(tp):
+                self.quotas.leader.record(len(data.records), self.time_ms())
             if is_follower:
                 partition.update_follower_fetch(
                     replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms()
@@ -259,6 +275,16 @@ class ReplicaManager:
             return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
         except KafkaError as exc:
             return ReadResult(exc.code)
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower outside the ISR, a throttled partition, and the
+        leader's replication rate over its bound."""
+        quota = self.quotas.leader
+        return (
+            replica_id not in partition.isr
+            and quota.is_throttled(partition.key)
+            and quota.is_quota_exceeded(self.time_ms())
+        )
 
     def fetch_messages(self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]) -> None:
         replica_id = body["replica_id"]

@@ -121,6 +121,10 @@ PARTITION_STATE = {
     "zk_version": "int",
     "replicas": Array("int"),
     "offline_replicas": Opt(Array("int"), []),
+    # KIP-455's fields of LeaderAndIsr: while a reassignment moves the partition, the target
+    # replicas not yet in the ISR and the replicas that will leave (both empty otherwise)
+    "adding_replicas": Opt(Array("int"), []),
+    "removing_replicas": Opt(Array("int"), []),
 }
 
 

@@ -3,6 +3,7 @@ started through the same LocalCluster the `floodmark cluster` commands use."""
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 from devcluster.cluster import LocalCluster
@@ -27,3 +28,14 @@ def start_cluster(data_dir: Path, brokers: int = 3, overrides: dict[str, str] | 
         timeout=60,
     )
     return cluster
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    """A broker's /metrics as name -> value (labelled samples keep their labels in the name)."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        name: float(value)
+        for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+        if name and not name.startswith("#")
+    }

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from kazoo.client import KazooClient
+
+from devcluster.cluster import LocalCluster
 
 
 @pytest.fixture(scope="module")
@@ -14,3 +19,12 @@ def zk(cluster):
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir whose cluster, whatever a test left running, is stopped at teardown."""
+    data_dir = tmp_path / "cluster"
+    yield data_dir
+    if (data_dir / "cluster.json").exists():
+        LocalCluster.load(data_dir).down(timeout=5)

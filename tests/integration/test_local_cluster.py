@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,15 +93,6 @@ def cli_status(data_dir: Path) -> dict[str, Any]:
 
 def broker(status: dict[str, Any], broker_id: int) -> dict[str, Any]:
     return next(b for b in status["brokers"] if b["id"] == broker_id)
-
-
-@pytest.fixture
-def cluster_dir(tmp_path: Path) -> Iterator[Path]:
-    """A data dir whose cluster, whatever a test left running, is stopped at teardown."""
-    data_dir = tmp_path / "cluster"
-    yield data_dir
-    if (data_dir / "cluster.json").exists():
-        LocalCluster.load(data_dir).down(timeout=5)
 
 
 # -- the real brokers ----------------------------------------------------------------------------
@@ -188,6 +179,9 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
         assert f"broker.id={i}" in props and f"listeners=PLAINTEXT://127.0.0.1:{base + i - 1}" in props
         assert f"log.dirs={entry['log_dir']}" in props and f"zookeeper.connect=127.0.0.1:{zk_port}" in props
         assert "num.partitions=3" in props
+        # /metrics on by default: a port of a second block, recorded and written (issue 22 item 7)
+        assert entry["metrics_port"] not in (None, zk_port, *range(base, base + 3))
+        assert f"metrics.port={entry['metrics_port']}" in props
         assert "registered" in (cluster_dir / f"broker-{i}" / "broker.out").read_text()
     assert any("controller: broker" in line for line in progress)
 
@@ -199,6 +193,9 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     assert sum(b["controller"] for b in status["brokers"]) == 1 and status["controller"]["epoch"] == 1
     text = invoke("cluster", "status", "--data-dir", str(cluster_dir)).stdout
     assert f"broker {controller} (epoch 1)" in text
+    metrics = {i: f"http://127.0.0.1:{doc['brokers'][str(i)]['metrics_port']}/metrics" for i in (1, 2, 3)}
+    assert {b["id"]: b["metrics"] for b in status["brokers"]} == metrics
+    assert all(url in text for url in metrics.values())
 
     # up again: idempotent, nothing restarted
     again = LocalCluster(cluster_dir).up(3, zookeeper_port=zk_port, base_port=base)
@@ -256,6 +253,7 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     # up on the stopped directory: same ports and configs, running again
     restarted = LocalCluster(cluster_dir).up(3, timeout=60)
     assert restarted.bootstrap == bootstrap and restarted.zookeeper.port == zk_port
+    assert {i: restarted.metrics_address(i) for i in (1, 2, 3)} == metrics
     assert all(b["alive"] and b["registered"] for b in cli_status(cluster_dir)["brokers"])
 
 

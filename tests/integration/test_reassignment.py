@@ -36,10 +36,10 @@ from tests.integration.failover_helpers import (
     produce_outcomes,
     read_all,
 )
+from tests.integration.zk_state import REASSIGN, assigned, create_with_assignment, request_move
+from tests.integration.zk_state import partition_state as state
 
 pytestmark = pytest.mark.integration
-
-REASSIGN = "/admin/reassign_partitions"
 
 
 @pytest.fixture(scope="module")
@@ -51,31 +51,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     c.down()
-
-
-def create_with_assignment(zk, topic: str, assignment: dict[int, list[int]]) -> None:
-    """What kafka-topics.sh --replica-assignment writes (Kafka's AdminZkClient)."""
-    zk.create(f"/config/topics/{topic}", json.dumps({"version": 1, "config": {}}).encode(), makepath=True)
-    body = {"version": 1, "partitions": {str(p): r for p, r in assignment.items()}}
-    zk.create(f"/brokers/topics/{topic}", json.dumps(body).encode(), makepath=True)
-
-
-def request_move(zk, moves: dict[tuple[str, int], list[int]]) -> None:
-    """What kafka-reassign-partitions.sh --execute writes (Kafka 2.x's ZooKeeper tool)."""
-    body = {
-        "version": 1,
-        "partitions": [{"topic": t, "partition": p, "replicas": r} for (t, p), r in moves.items()],
-    }
-    zk.create(REASSIGN, json.dumps(body).encode(), makepath=True)
-
-
-def assigned(zk, topic: str, partition: int) -> list[int]:
-    return json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"][str(partition)]
-
-
-def state(zk, topic: str, partition: int) -> tuple[dict, int]:
-    data, stat = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-    return json.loads(data), stat.version
 
 
 async def wait_led(zk, topic: str, partition: int, isr: list[int]) -> None:

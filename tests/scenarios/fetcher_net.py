@@ -26,7 +26,8 @@ from broker.config import BrokerConfig
 from broker.log import Log, LogManager
 from broker.metadata_cache import MetadataCache
 from broker.replica.delayed import ProducePartitionStatus
-from broker.replica.fetcher import ConnectionFactory, LeaderConnection, ReplicaFetcherManager
+from broker.replica.fetcher import ConnectionFactory, LeaderConnection
+from broker.replica.fetcher_manager import ReplicaFetcherManager
 from broker.replica.replica_manager import ReplicaManager
 from client.connection import ConnectionClosed
 from client.protocol.api import ApiKey, validate_request, validate_response

@@ -3,9 +3,11 @@
 Not a broker: no replication, no disk, one asyncio server per node id sharing one dict of
 partition logs. It validates every request body against api.py (so a client sending a wrong
 shape fails the test), answers Metadata / Produce / Fetch / ListOffsets / CreateTopics /
-DeleteTopics / CreatePartitions / ApiVersions / InitProducerId and the KIP-455 reassignment APIs
-(AlterPartitionReassignments, ListPartitionReassignments: at any node, all or nothing, kept in
-:attr:`FakeCluster.reassignments` until :meth:`FakeCluster.complete_reassignments`), stamps
+DeleteTopics / CreatePartitions / ApiVersions / InitProducerId, the KIP-455 reassignment APIs
+(AlterPartitionReassignments, ListPartitionReassignments: tests/unit/fake_reassignments.py, kept
+in :attr:`FakeCluster.reassignments` until :meth:`FakeCluster.complete_reassignments`) and
+DescribeConfigs / AlterConfigs of topics and dynamic broker configs (tests/unit/fake_configs.py,
+kept in :attr:`FakeCluster.topic_configs` and :attr:`FakeCluster.broker_configs`), stamps
 offsets into the batches it stores (as a leader would), and lets a test inject faults:
 per-partition error codes for the next produce or fetch attempts, dropping a connection before or
 after handling a request (a lost request or a lost response), moving a leader, moving the
@@ -37,6 +39,8 @@ from client.protocol.records import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from tests.unit.fake_configs import RATE_KEYS, FakeConfigs
+from tests.unit.fake_reassignments import FakeReassignments
 
 
 @dataclass
@@ -57,7 +61,7 @@ class Received:
     body: dict
 
 
-class FakeCluster:
+class FakeCluster(FakeReassignments, FakeConfigs):
     def __init__(self, node_ids: tuple[int, ...] = (1, 2, 3), controller_id: int | None = None) -> None:
         self.node_ids = node_ids
         self.controller_id = node_ids[0] if controller_id is None else controller_id
@@ -74,6 +78,9 @@ class FakeCluster:
         self.produce_delay = 0.0
         self.down: set[int] = set()
         self.reassignments: dict[tuple[str, int], list[int]] = {}  # in progress: partition -> target
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}
+        self.dynamic_broker_keys: set[str] = set(RATE_KEYS)
         self._writers: set[asyncio.StreamWriter] = set()
         self._appended = asyncio.Condition()
 
@@ -115,15 +122,6 @@ class FakeCluster:
         part = self.topics[topic][partition]
         part.leader = node
         part.leader_epoch += 1
-
-    def complete_reassignments(self) -> None:
-        """Every reassignment in progress done: the partitions have their target replicas."""
-        for (topic, partition), target in sorted(self.reassignments.items()):
-            part = self.topics[topic][partition]
-            part.replicas = list(target)
-            if part.leader not in target:
-                self.move_leader(topic, partition, target[0])
-        self.reassignments.clear()
 
     def records(self, topic: str, partition: int) -> list:
         """Every record in the partition's log, decoded with our codec."""
@@ -414,65 +412,6 @@ class FakeCluster:
             else:
                 out.append({"name": name, "error_code": 0})
         return {"topics": out}
-
-    def _refusal(self, topic: str, partition: int, replicas: list[int]) -> tuple[int, str] | None:
-        """Why the fake refuses to reassign a partition (the controller's checks, Kafka's
-        wording), or None."""
-        if self._partition(topic, partition) is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
-        if (topic, partition) in self.reassignments:
-            return ErrorCode.REASSIGNMENT_IN_PROGRESS, f"{topic}-{partition} is being reassigned already."
-        if not replicas:
-            return (
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                "Empty replica list specified in partition reassignment.",
-            )
-        if len(set(replicas)) != len(replicas):
-            return (
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"Duplicate replica ids in partition reassignment replica list: {replicas}",
-            )
-        unknown = sorted(set(replicas) - set(self.node_ids))
-        if unknown:
-            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker id(s) {unknown} in {replicas}"
-        return None
-
-    async def _alter_partition_reassignments(self, node: int, body: dict) -> dict:
-        asked = [
-            (t["name"], p["partition_index"], p["replicas"]) for t in body["topics"] for p in t["partitions"]
-        ]
-        refusals = {(t, p): self._refusal(t, p, replicas) for t, p, replicas in asked}
-        refused = [f"{t}-{p}" for (t, p), why in refusals.items() if why is not None]
-        responses: dict[str, list[dict]] = {}
-        for t, p, replicas in asked:
-            code, message = refusals[t, p] or (0, None)
-            if refused and not code:
-                code, message = ErrorCode.INVALID_REQUEST, f"not written: {', '.join(refused)} refused"
-            if not refused:
-                self.reassignments[t, p] = list(replicas)
-            entry = {"partition_index": p, "error_code": int(code), "error_message": message}
-            responses.setdefault(t, []).append(entry)
-        return {"error_code": 0, "responses": [{"name": t, "partitions": ps} for t, ps in responses.items()]}
-
-    async def _list_partition_reassignments(self, node: int, body: dict) -> dict:
-        wanted = (
-            None
-            if body["topics"] is None
-            else {(t["name"], p) for t in body["topics"] for p in t["partition_indexes"]}
-        )
-        topics: dict[str, list[dict]] = {}
-        for (t, p), target in sorted(self.reassignments.items()):
-            if wanted is not None and (t, p) not in wanted:
-                continue
-            current = self.topics[t][p].replicas
-            entry = {
-                "partition_index": p,
-                "replicas": target + [r for r in current if r not in target],
-                "adding_replicas": [r for r in target if r not in current],
-                "removing_replicas": [r for r in current if r not in target],
-            }
-            topics.setdefault(t, []).append(entry)
-        return {"error_code": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
 
 def _last_delta(batch: bytes) -> int:

@@ -74,12 +74,11 @@ def _volumes(svc: dict) -> list[dict]:
     return [v if isinstance(v, dict) else {"target": v.split(":")[1]} for v in svc.get("volumes", [])]
 
 
-@pytest.mark.parametrize("service", ["broker1", "broker2", "broker3"])
-def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment(service, tmp_path):
-    svc = compose_config()["services"][service]
-    # a stand-in for floodmark-broker that keeps the rendered config instead of starting a broker
+def render(svc: dict, tmp_path: Path) -> Path:
+    """The server.properties the real entrypoint renders from a service's environment, kept by a
+    stand-in for floodmark-broker instead of starting a broker."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     keep = tmp_path / "server.properties"
     stub = bin_dir / "floodmark-broker"
     stub.write_text(f'#!/bin/sh\ncp "$2" {keep}\n')
@@ -87,7 +86,13 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", **{k: str(v) for k, v in svc["environment"].items()}}
     done = subprocess.run(["sh", str(ENTRYPOINT)], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+    return keep
 
+
+@pytest.mark.parametrize("service", ["broker1", "broker2", "broker3"])
+def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment(service, tmp_path):
+    svc = compose_config()["services"][service]
+    keep = render(svc, tmp_path)
     config = BrokerConfig.from_file(keep)  # raises naming any unknown key or bad value
     assert config.broker_id == int(svc["environment"]["FLOODMARK_BROKER_ID"])
     assert config["zookeeper.connect"] == "zookeeper:2181"
@@ -115,3 +120,21 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
         if k.startswith("FLOODMARK_CONF_")
     }
     assert passed <= rendered
+
+
+def test_every_broker_serves_metrics_on_its_own_published_port(tmp_path):
+    """Issue 22 item 7: /metrics is on for every broker (metrics.port is off, -1, by default), each
+    on its own port, published as the same port on the host (http://127.0.0.1:910N/metrics), and
+    bound on every interface (the broker binds its first listener's host), so the host reaches it."""
+    services = brokers(compose_config())
+    metrics_ports = {}
+    for name, svc in services.items():
+        config = BrokerConfig.from_file(render(svc, tmp_path / name))
+        port = config["metrics.port"]
+        assert port == 9100 + int(name[-1]), name
+        assert (port, port) in {(int(p["published"]), int(p["target"])) for p in _ports(svc)}, name
+        assert config.listeners[0].host == "0.0.0.0", name
+        metrics_ports[name] = port
+    assert len(set(metrics_ports.values())) == len(services) == 3
+    header = COMPOSE.read_text().split("version:", 1)[0]
+    assert all(f"127.0.0.1:{port}/metrics" in header for port in metrics_ports.values())

@@ -76,6 +76,8 @@ async def test_phase_one_waits_for_the_isr_then_phase_two_completes(zk: ZkBridge
             (sent,) = calls.of(broker, ApiKey.LEADER_AND_ISR, TP)[-1:]
             entry = next(p for p in sent.body["partition_states"] if p["partition"] == 0)
             assert entry["replicas"] == [1, 2, 3, 4, 5, 6]
+            # KIP-455's fields: the leader counts the partition as reassigning (KIP-352's gauge)
+            assert (entry["adding_replicas"], entry["removing_replicas"]) == ([4, 5, 6], [1, 2, 3])
         assert not any(s.api_key is ApiKey.STOP_REPLICA for s in calls.sent)
         assert await zk.exists(REASSIGN_PARTITIONS_PATH) is not None
 
@@ -89,6 +91,13 @@ async def test_phase_one_waits_for_the_isr_then_phase_two_completes(zk: ZkBridge
         assert (final.leader, final.isr) == (4, (4, 5, 6))
         for old in (1, 2, 3):
             assert calls.stop_replica_deletes(old, TP), f"no StopReplica(delete) to {old}"
+        last = calls.of(4, ApiKey.LEADER_AND_ISR, TP)[-1]
+        entry = next(p for p in last.body["partition_states"] if p["partition"] == 0)
+        assert (entry["replicas"], entry["adding_replicas"], entry["removing_replicas"]) == (
+            [4, 5, 6],
+            [],
+            [],
+        )
         for new in (4, 5, 6):
             assert not calls.stop_replica_deletes(new, TP)
     finally:

@@ -30,7 +30,7 @@ from pathlib import Path
 import click
 import pytest
 
-from broker.config import BROKER_PROPERTIES, INT_MAX, LONG_MAX, TOPIC_TO_BROKER, Prop
+from broker.config import BROKER_PROPERTIES, INT_MAX, LONG_MAX, TOPIC_ONLY_PROPERTIES, TOPIC_TO_BROKER, Prop
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"
@@ -177,6 +177,8 @@ def topic_config_section() -> str:
         rows.append(
             f"| `{topic_key}` | `{broker_key}` | {prop.kind} | {_cell(TOPIC_MEANINGS.get(topic_key, ''))} |"
         )
+    for topic_key, prop in TOPIC_ONLY_PROPERTIES.items():
+        rows.append(f"| `{topic_key}` | (none: default empty) | {prop.kind} | {_cell(prop.doc)} |")
     return "\n".join(rows)
 
 
@@ -321,6 +323,10 @@ def test_every_topic_override_is_documented(doc: str) -> None:
             f"topic config {topic_key} missing from docs/operations.md; run {REGENERATE}"
         )
         assert rows[topic_key][0] == f"`{broker_key}`", f"{topic_key}: default from {broker_key}"
+    for topic_key in TOPIC_ONLY_PROPERTIES:
+        assert topic_key in rows, (
+            f"topic config {topic_key} missing from docs/operations.md; run {REGENERATE}"
+        )
 
 
 def test_every_cli_command_and_option_is_documented(doc: str) -> None:

@@ -195,3 +195,25 @@ def test_shrunk_isr_lets_the_hw_advance_past_the_dropped_follower():
     p.begin_isr_update(change)
     p.complete_isr_update(change, 1)
     assert p.high_watermark_candidate(10, 4, LAG + 1, LAG) == 10
+
+
+def test_a_leader_and_isr_with_kip_455_fields_marks_the_partition_reassigning() -> None:
+    p = Partition("t", 0, local_broker_id=1)
+    moving = {
+        "controller_epoch": 1,
+        "leader": 1,
+        "leader_epoch": 3,
+        "isr": [1, 2],
+        "zk_version": 2,
+        "replicas": [1, 2, 3],
+        "adding_replicas": [3],
+        "removing_replicas": [],
+    }
+    p.make_leader(PartitionState.from_request(moving), 0, 0)
+    assert p.reassigning
+    done = {**moving, "leader_epoch": 4, "adding_replicas": [], "removing_replicas": []}
+    p.make_leader(PartitionState.from_request(done), 0, 0)
+    assert not p.reassigning
+    older = {k: v for k, v in moving.items() if not k.endswith("ing_replicas")}  # an older controller
+    p.make_leader(PartitionState.from_request({**older, "leader_epoch": 5}), 0, 0)
+    assert not p.reassigning

@@ -26,6 +26,7 @@ from broker.dynamic_config import (
     sequence_number,
 )
 from broker.log import LogConfig
+from broker.replica.replication_quota import UNBOUNDED, ReplicationQuotas
 from cli.common import CliError
 from cli.configs import describe_lines, merge_overrides, parse_add_config, parse_delete_config
 from cli.main import build_cli
@@ -142,7 +143,9 @@ def test_configuration_keys_and_synonyms_are_optional() -> None:
     entries = topic_config_entries(broker_config(), {}, keys={"retention.ms", "no.such"})
     assert [(e["name"], e["value"], e["synonyms"]) for e in entries] == [("retention.ms", "604800000", [])]
     every = topic_config_entries(broker_config(), {})
-    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 13
+    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 15
+    throttled = by_name(every)["leader.replication.throttled.replicas"]
+    assert (throttled["value"], throttled["config_source"]) == ("", DEFAULT)  # a topic-only config
 
 
 def test_a_broker_describes_its_static_config_read_only() -> None:
@@ -182,7 +185,11 @@ async def test_describe_configs_answers_each_resource_with_its_own_error() -> No
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         "Topic 'gone' does not exist.",
     )
-    assert me["error_code"] == 0 and all(c["read_only"] for c in me["configs"])
+    assert me["error_code"] == 0
+    assert [c["name"] for c in me["configs"] if not c["read_only"]] == [
+        "follower.replication.throttled.rate",
+        "leader.replication.throttled.rate",
+    ]  # the dynamic broker configs (KIP-226); everything else needs a restart
     assert other["error_code"] == ErrorCode.INVALID_REQUEST and "expected 1" in other["error_message"]
     assert unknown["error_code"] == ErrorCode.INVALID_REQUEST and unknown["configs"] == []
 
@@ -247,7 +254,11 @@ async def test_validate_only_unknown_topic_and_broker_resources() -> None:
     (gone,) = (await alter_configs(zk, alter_body("gone", {"retention.ms": "5"})))["responses"]
     assert gone["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     (broker,) = (await alter_configs(zk, alter_body("1", {"num.partitions": "5"}, kind=BROKER)))["responses"]
-    assert broker["error_code"] == ErrorCode.INVALID_REQUEST and "restart" in broker["error_message"]
+    assert (broker["error_code"], broker["error_message"]) == (
+        ErrorCode.INVALID_CONFIG,
+        "Cannot update these configs dynamically: num.partitions",
+    )
+    assert zk.writes == []
 
 
 # -- the config change listener -----------------------------------------------------------------
@@ -275,7 +286,11 @@ class FakeLog:
 
 def replica_manager(logs: dict[tuple[str, int], FakeLog]) -> Any:
     return SimpleNamespace(
-        log_manager=SimpleNamespace(all_logs=lambda: dict(logs)), topic_overrides={}, topic_configs={}
+        log_manager=SimpleNamespace(all_logs=lambda: dict(logs)),
+        topic_overrides={},
+        topic_configs={},
+        broker_id=1,
+        quotas=ReplicationQuotas.create(11, 1000, UNBOUNDED, UNBOUNDED),
     )
 
 
