@@ -61,71 +61,79 @@ class BrokerState:
     follower_replication_byte_rate: float = 0.0
 
 
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
 class _StateCollector(Collector):
     def __init__(self, snapshot: Callable[[], BrokerState]) -> None:
         self.snapshot = snapshot
 
     def collect(self) -> Iterator:
         state = self.snapshot()
+        yield from self._replication(state)
+        yield from self._logs(state)
+
+    def _replication(self, state: BrokerState) -> Iterator:
+        """The controller's and the replica manager's gauges."""
         led = [p for p in state.partitions if p.is_leader]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, value=value)
-
-        yield gauge(
+        yield _gauge(
             "kafka_controller_kafkacontroller_activecontrollercount",
             "1 on the broker that is the active controller",
             int(state.active_controller),
         )
-        yield gauge(
+        yield _gauge(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a live leader (reported by the controller)",
             state.offline_partitions,
         )
-        yield gauge(
+        yield _gauge(
             "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
             "Partitions not led by their preferred (first) replica (reported by the controller)",
             state.preferred_replica_imbalance,
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_leaderreplication_byte_rate",
             "Bytes/s this broker sent to followers of throttled partitions (KIP-73)",
             state.leader_replication_byte_rate,
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_followerreplication_byte_rate",
             "Bytes/s this broker fetched for its throttled partitions (KIP-73)",
             state.follower_replication_byte_rate,
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_replicamanager_partitioncount", "Partitions hosted here", len(state.partitions)
         )
-        yield gauge("kafka_server_replicamanager_leadercount", "Partitions led here", len(led))
-        yield gauge(
+        yield _gauge("kafka_server_replicamanager_leadercount", "Partitions led here", len(led))
+        yield _gauge(
             "kafka_server_replicamanager_reassigningpartitions",
             "Partitions led here that a reassignment is moving (KIP-352)",
             sum(1 for p in led if p.reassigning),
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_replicamanager_underreplicatedpartitions",
             "Partitions led here whose ISR is smaller than their replica set",
             sum(1 for p in led if p.isr < p.replicas),
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_replicamanager_underminisrpartitioncount",
             "Partitions led here whose ISR is below min.insync.replicas",
             sum(1 for p in led if p.isr < p.min_insync_replicas),
         )
-        yield gauge(
+        yield _gauge(
             "kafka_server_replicamanager_offlinereplicacount",
             "Replicas here whose log dir is offline (KIP-112)",
             state.offline_replicas,
         )
-        yield gauge(
+        yield _gauge(
             "kafka_log_logmanager_offlinelogdirectorycount",
             "Log dirs of this broker that an I/O error took offline (KIP-112)",
             state.offline_log_dirs,
         )
+
+    def _logs(self, state: BrokerState) -> Iterator:
+        """Log dirs, resources and ISR change counters."""
         errors = CounterMetricFamily(
             "kafka_log_logdirfailurechannel_resourceerrors",
             "I/O calls of the logs that failed for lack of a file descriptor or memory, by errno "
@@ -136,18 +144,18 @@ class _StateCollector(Collector):
             errors.add_metric([name], count)
         yield errors
         if state.file_budget is not None:
-            yield gauge(
+            yield _gauge(
                 "kafka_server_filebudget_openfileslimit",
                 "The open-file limit (soft RLIMIT_NOFILE) the broker runs under",
                 state.file_budget.open_files_limit,
             )
-            yield gauge(
+            yield _gauge(
                 "kafka_server_filebudget_maxreplicas",
                 "Replicas this broker's file budget holds (CreateTopics past it is refused)",
                 state.file_budget.max_replicas,
             )
         if state.open_files is not None:
-            yield gauge("kafka_server_filebudget_openfiles", "File descriptors open now", state.open_files)
+            yield _gauge("kafka_server_filebudget_openfiles", "File descriptors open now", state.open_files)
         yield CounterMetricFamily(
             "kafka_server_replicamanager_isrshrinks",
             "ISR shrinks written by this broker",

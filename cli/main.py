@@ -32,6 +32,7 @@ from cli import (
     state_change_log,
     topics,
     verify,
+    verify_replicas,
 )
 from cli.common import CliError
 
@@ -113,6 +114,7 @@ def build_cli() -> click.Group:
     cli.add_command(perf.perf)
     cli.add_command(chaos.chaos)
     cli.add_command(verify.verify)
+    cli.add_command(verify_replicas.verify_replicas_command)
     cli.add_command(ledger.ledger)
     cli.add_command(demo.demo)
     cli.add_command(simulate.simulate)

@@ -22,6 +22,7 @@ the same seed gives the same trace hash (the loop's, sim/trace.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -214,9 +215,12 @@ class _Run:
 
     async def _liveness(self, world: World, workload: Workload) -> None:
         if LIVENESS not in self.config.invariants:
+            with contextlib.suppress(AssertionError):  # not checked here: only bounded
+                await workload.finish_operations(self.config.liveness_s * 10)
             await workload.settle(self.config.liveness_s * 10)
             return
         try:
+            await workload.finish_operations(self.config.liveness_s)
             await world.wait_for(
                 lambda: not _unhealthy(world, workload),
                 "a leader, a full ISR and an HW past every acknowledged offset for every partition",

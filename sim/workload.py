@@ -286,6 +286,18 @@ class Workload:
             within_s=within_s,
         )
 
+    async def finish_operations(self, within_s: float) -> None:
+        """Wait until the admin operations started (topic creations and deletions, added
+        partitions, elections, moves) have ended, within ``within_s`` virtual seconds, so that
+        none changes a leadership after the run's last health check (a preferred election landing
+        then leaves a new leader whose HW has not caught up yet: Kafka's legitimate transient,
+        which the final check would take for a lost acknowledgement, as seed 193 did)."""
+        await self.world.wait_for(
+            lambda: not any(not t.done() and t.get_name() != "workload-produce" for t in self._tasks),
+            "every admin operation completes",
+            within_s=within_s,
+        )
+
     async def close(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:

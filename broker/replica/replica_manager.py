@@ -25,7 +25,12 @@ from broker.replica.isr_manager import IsrManager, IsrStore
 from broker.replica.leader_and_isr import LeaderAndIsrHandler, NoReplicaFetchers, ReplicaFetchers
 from broker.replica.partition import Partition
 from broker.replica.replication_quota import ReplicationQuotas
-from client.protocol.api import CONSUMER_REPLICA_ID, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from client.protocol.api import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+)
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 
@@ -107,6 +112,14 @@ class ReplicaManager:
 
     def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]:
         """The partition and log if this broker leads it, else KafkaError with Kafka's code."""
+        return self.hosted_log(tp, current_leader_epoch, fetch_only_from_leader=True)
+
+    def hosted_log(
+        self, tp: TopicPartition, current_leader_epoch: int = -1, fetch_only_from_leader: bool = False
+    ) -> tuple[Partition, Log]:
+        """The partition and log if this broker hosts it, as leader or (unless
+        ``fetch_only_from_leader``, Kafka's argument of the same name) as follower; else
+        KafkaError with Kafka's code."""
         partition = self.partitions.get(tp)
         log_ = self.get_log(tp)
         if tp in self.offline_partitions:
@@ -118,7 +131,7 @@ class ReplicaManager:
                 f"{tp[0]}-{tp[1]} is not hosted on broker {self.broker_id}",
             )
         self._check_leader_epoch(partition, current_leader_epoch)
-        if not partition.is_leader:
+        if fetch_only_from_leader and not partition.is_leader:
             raise KafkaError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"broker {self.broker_id} is not the leader of {tp[0]}-{tp[1]} (leader is {partition.leader_id})",
@@ -245,7 +258,10 @@ class ReplicaManager:
     # -- Fetch (Kafka's ReplicaManager.fetchMessages and DelayedFetch) ------------------------------
 
     def read(self, tp: TopicPartition, replica_id: int, fetch: dict, max_bytes: int) -> ReadResult:
-        """Read one partition for a consumer (below the HW) or a follower (below the LEO)."""
+        """Read one partition for a consumer (below the HW) or a follower (below the LEO), or for
+        a debugging consumer (:meth:`read_for_debugging`)."""
+        if replica_id == DEBUGGING_REPLICA_ID:
+            return self.read_for_debugging(tp, fetch, max_bytes)
         try:
             partition, log_ = self.leader_log(tp, fetch["current_leader_epoch"])
             is_follower = replica_id != CONSUMER_REPLICA_ID
@@ -276,6 +292,19 @@ class ReplicaManager:
         except KafkaError as exc:
             return ReadResult(exc.code)
 
+    def read_for_debugging(self, tp: TopicPartition, fetch: dict, max_bytes: int) -> ReadResult:
+        """Kafka's debugging consumer (replica id -2, Request.DebuggingConsumerId; the
+        ReplicaVerificationTool's, docs/operations.md "Verifying replicas"): served by the leader
+        and by a follower alike (``fetchOnlyFromLeader = false``), below this replica's own HW
+        (Kafka reads committed data only for it), answering this replica's HW. It is no follower:
+        no follower fetch state, HW, ISR or replication quota changes."""
+        try:
+            _, log_ = self.hosted_log(tp, fetch["current_leader_epoch"])
+            data = log_.read(fetch["fetch_offset"], max_bytes, max_offset=log_.high_watermark)
+            return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
+        except KafkaError as exc:
+            return ReadResult(exc.code)
+
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
         """Kafka's shouldLeaderThrottle: a follower outside the ISR, a throttled partition, and the
         leader's replication rate over its bound."""
@@ -297,7 +326,10 @@ class ReplicaManager:
             respond(results)
             return
         statuses = {tp: FetchPartitionStatus(p, results[tp].high_watermark) for tp, p in requested.items()}
-        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
+        # Kafka's DelayedFetch looks partitions up with the fetch's fetchOnlyFromLeader: a
+        # debugging consumer's parked fetch waits at a follower too (_FollowerOrLeaderReplicas).
+        replicas = _FollowerOrLeaderReplicas(self) if replica_id == DEBUGGING_REPLICA_ID else self
+        operation = DelayedFetch(body["max_wait_ms"], body, statuses, replicas, respond)
         self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
 
     def read_from_local_log(
@@ -383,3 +415,26 @@ class ReplicaManager:
             self.isr_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+
+
+class _FollowerOrLeaderReplicas:
+    """The ReplicaManager as a debugging consumer's DelayedFetch sees it (Kafka's
+    ``fetchOnlyFromLeader = false``): its partitions are looked up on a follower as on the leader,
+    so the fetch waits out max wait instead of completing at once on NOT_LEADER_OR_FOLLOWER."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]:
+        return self.replica_manager.hosted_log(tp, current_leader_epoch)
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return self.replica_manager.min_insync_replicas(topic)
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        return False  # not a follower: never throttled
+
+    def read_from_local_log(
+        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
+    ) -> dict[TopicPartition, ReadResult]:
+        return self.replica_manager.read_from_local_log(replica_id, requested, max_bytes)

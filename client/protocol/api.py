@@ -35,6 +35,7 @@ from client.protocol.schema import (
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
+    "DEBUGGING_REPLICA_ID",
     "EARLIEST_TIMESTAMP",
     "INT64_MAX",
     "INT64_MIN",
@@ -62,6 +63,9 @@ __all__ = [
 
 #: Fetch.replica_id of an ordinary consumer (Kafka's CONSUMER_REPLICA_ID).
 CONSUMER_REPLICA_ID = -1
+#: Fetch.replica_id of a debugging consumer (Kafka's DEBUGGING_CONSUMER_ID, Request.DebuggingConsumerId):
+#: the leader and the followers serve it, up to their own HW (``floodmark verify-replicas``).
+DEBUGGING_REPLICA_ID = -2
 #: ListOffsets timestamps with special meaning.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2

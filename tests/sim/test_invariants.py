@@ -146,20 +146,21 @@ def producers_take_a_new_id_after_a_doubtful_batch(monkeypatch: pytest.MonkeyPat
 #: invariant -> (the planted bug, the seeds whose schedules catch it)
 CASES: dict[str, tuple[Plant, list[int]]] = {
     ACKED_ON_LEADER: (hw_is_the_leader_leo, [0]),
-    REPLICAS_IDENTICAL: (followers_never_truncate, [1]),
+    REPLICAS_IDENTICAL: (followers_never_truncate, [0]),
     HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [3]),
     LEADER_EPOCHS: (elections_lower_the_leader_epoch, [0]),
     ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [1]),
-    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
+    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [13]),
     PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [4]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
 }
 
 #: More planted bugs: the HW over the in-memory ISR only is the issue's own example (the HW past
-#: an ISR expansion whose write landed in ZooKeeper while its answer was lost: seed 52, step 59).
+#: an ISR expansion whose write landed in ZooKeeper while its answer was lost: seed 52 at first,
+#: seed 4 since the schedules changed with issue 22's operations and start-up reads).
 MORE_CASES: list[tuple[str, Plant, list[int]]] = [
-    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [52]),
+    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [4]),
 ]
 PLANTED = [(invariant, plant, seeds) for invariant, (plant, seeds) in sorted(CASES.items())] + MORE_CASES
 
