@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -164,8 +165,10 @@ async def test_a_throttled_move_runs_at_the_throttle_and_in_sync_followers_keep_
     follower_rates = [g["kafka_server_followerreplication_byte_rate"] for _, g in gauges]
     assert gauges and all(g["kafka_server_replicamanager_reassigningpartitions"] == 1 for g, _ in gauges)
     assert max(leader_rates) > 0 and max(follower_rates) > 0
-    # (the first scrape still sees the bucket's initial burst in its window)
-    assert max(leader_rates[1:] + follower_rates[1:]) <= 1.25 * RATE, (leader_rates, follower_rates)
+    # (the first scrape still sees the bucket's initial burst in its window, and a rate measured
+    # over 2 one-second samples moves by a 4 MB fetch either way: the median is the reading)
+    for rates in (leader_rates[1:], follower_rates[1:]):
+        assert 0.75 * RATE <= statistics.median(rates) <= 1.25 * RATE, (leader_rates, follower_rates)
     after = await asyncio.to_thread(scrape, cluster, 1)
     assert after["kafka_server_replicamanager_reassigningpartitions"] == 0
     assert_replicas_identical(cluster, "big", await high_watermarks(cluster, "big", 1))
