@@ -329,7 +329,7 @@ class ReplicaFetcher:
     async def _fetch(self, connection: LeaderConnection) -> bool:
         now = asyncio.get_running_loop().time()
         quota = self.rm.quotas.follower
-        over_quota = quota.is_quota_exceeded(self.rm.time_ms())
+        over_quota = bool(quota.throttled) and quota.is_quota_exceeded(self.rm.time_ms())
         topics: dict[str, list[dict]] = {}
         sent: dict[TopicPartition, FetchState] = {}
         for tp, state in self.partitions.items():
@@ -373,13 +373,15 @@ class ReplicaFetcher:
     ) -> None:
         code = data["error_code"]
         if code == ErrorCode.NONE:
-            if self.rm.quotas.follower.is_throttled(tp):
-                self.rm.quotas.follower.record(len(data["records"]), self.rm.time_ms())
+            quota = self.rm.quotas.follower
+            throttled = bool(quota.throttled) and quota.is_throttled(tp)
+            if throttled:
+                quota.record(len(data["records"]), self.rm.time_ms())
             try:
                 self.rm.append_as_follower(tp, data["records"], data["high_watermark"])
-                log_ = self.rm.get_log(tp)
-                if log_ is not None:
-                    state.lag = max(0, data["high_watermark"] - log_.log_end_offset)
+                if throttled:  # the lag only matters to the throttle (Kafka's isReplicaInSync)
+                    log_ = self.rm.get_log(tp)
+                    state.lag = -1 if log_ is None else max(0, data["high_watermark"] - log_.log_end_offset)
             except KafkaError as exc:
                 if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                     log.error("%s: cannot append to %s-%s: %s; stopping its fetch", self.name, *tp, exc)

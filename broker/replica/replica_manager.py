@@ -272,14 +272,17 @@ class ReplicaManager:
             limit = None if is_follower else log_.high_watermark
             # KIP-73: a follower out of the ISR of a throttled partition gets nothing while the
             # leader's replication rate is over its bound (an in-sync one is never held back)
-            held = is_follower and self.should_leader_throttle(partition, replica_id)
+            throttled = (
+                is_follower and bool(self.quotas.leader.throttled) and self.quotas.leader.is_throttled(tp)
+            )
+            held = throttled and self.should_leader_throttle(partition, replica_id)
             # Read first: a fetch offset outside the log (a diverged follower above our LEO)
             # raises OFFSET_OUT_OF_RANGE here and must not count as the follower's LEO, nor
             # move the HW or the ISR (Kafka updates the follower's state only after a good read).
             data = log_.read(
                 fetch["fetch_offset"], 0 if held else max_bytes, max_offset=limit, min_one_message=not held
             )
-            if is_follower and self.quotas.leader.is_throttled(tp):
+            if throttled:
                 self.quotas.leader.record(len(data.records), self.time_ms())
             if is_follower:
                 partition.update_follower_fetch(
@@ -310,7 +313,8 @@ class ReplicaManager:
         leader's replication rate over its bound."""
         quota = self.quotas.leader
         return (
-            replica_id not in partition.isr
+            bool(quota.throttled)
+            and replica_id not in partition.isr
             and quota.is_throttled(partition.key)
             and quota.is_quota_exceeded(self.time_ms())
         )
