@@ -221,8 +221,10 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         if ctx.replicas(tp) == target:
             ctx.set_replicas(tp, old_and_new)
         raise
+    # 11, and only then forgotten: if the znode write fails, the event's retry (which acts only on
+    # partitions still being reassigned) runs these steps again, each a no-op now but this one
+    await remove_partitions_from_reassignment(ctl, [tp])
     ctx.partitions_being_reassigned.pop(tp, None)
-    await remove_partitions_from_reassignment(ctl, [tp])  # 11
     ctl.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])  # 12
     lai = ctx.partition_leadership[tp].leader_and_isr
     ctl.record(

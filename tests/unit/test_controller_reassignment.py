@@ -7,7 +7,7 @@ ZooKeeper faults at exact calls (tests/bridge_faults.py).
   happens until the state znode shows the targets in the ISR (the watch, not polling).
 * Phase 2: a leader from the target, the old replicas out of the ISR, stopped and deleted, AR
   narrowed, the request gone.
-* Window: step 8's or step 10's write fails, or lands with its answer lost; the event's retry
+* Window: step 8's, 10's or 11's write fails, or lands with its answer lost; the event's retry
   completes the move with the old replicas out of the ISR and the context equal to ZooKeeper.
 * Window: the tool's write of /admin/reassign_partitions lands with its answer lost; the retry
   answers success, not REASSIGNMENT_IN_PROGRESS for its own request.
@@ -31,7 +31,7 @@ from controller.controller import ControllerConfig, KafkaController
 from tests.bridge_faults import FailingZk
 from tests.unit.controller_harness import start
 from tests.unit.test_controller_zk_faults import eventually, idle
-from zk.bridge import SetDataOp, ZkBridge
+from zk.bridge import DeleteOp, SetDataOp, ZkBridge
 from zk.client import get_partition_state, get_topic_assignment
 from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state, encode_reassignment
 from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path, topic_path
@@ -146,8 +146,13 @@ def _shrinking(ops: object) -> bool:
     )
 
 
+def _forgetting(ops: object) -> bool:
+    """Step 11's write: the request leaves /admin/reassign_partitions (deleted: it was the only one)."""
+    return any(isinstance(op, DeleteOp) and op.path == REASSIGN_PARTITIONS_PATH for op in ops)  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("after_commit", [False, True], ids=["failed", "answer-lost"])
-@pytest.mark.parametrize("step", [8, 10])
+@pytest.mark.parametrize("step", [8, 10, 11])
 async def test_a_failed_step_is_retried_to_the_same_end(zk: ZkBridge, step: int, after_commit: bool) -> None:
     failing = FailingZk(zk)
     controller, calls = await start(zk, failing, BROKERS, {"t": {0: [1, 2, 3]}})
@@ -155,7 +160,8 @@ async def test_a_failed_step_is_retried_to_the_same_end(zk: ZkBridge, step: int,
         await request(zk, [4, 5, 6])
         assert await eventually(lambda: TP in controller.context.partitions_being_reassigned)
         await idle(controller)
-        failing.fail("multi", match=_shrinking if step == 8 else _narrowing, after_commit=after_commit)
+        match = {8: _shrinking, 10: _narrowing, 11: _forgetting}[step]
+        failing.fail("multi", match=match, after_commit=after_commit)
         await leader_expands_isr(zk, [1, 2, 3, 4, 5, 6])
         await moved(zk, controller, [4, 5, 6])
         assert failing.injected, "the fault was never injected"
