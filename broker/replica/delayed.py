@@ -20,6 +20,7 @@ from typing import Protocol
 from broker.log import Log
 from broker.purgatory import DelayedOperation
 from broker.replica.partition import Partition
+from client.protocol.api import DEBUGGING_REPLICA_ID
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 
@@ -30,6 +31,10 @@ class LeaderReplicas(Protocol):
     DelayedFetch the replicaManager itself)."""
 
     def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]: ...
+
+    def hosted_log(
+        self, tp: TopicPartition, current_leader_epoch: int = -1, fetch_only_from_leader: bool = False
+    ) -> tuple[Partition, Log]: ...
 
     def min_insync_replicas(self, topic: str) -> int: ...
 
@@ -125,10 +130,14 @@ class DelayedFetch(DelayedOperation):
         """Seed 000: complete when a partition errs (leadership moved, epoch fenced), or enough
         bytes are past the fetch offsets (below the HW for consumers, the LEO for followers)."""
         is_follower = self.body["replica_id"] >= 0
+        # Kafka's fetchOnlyFromLeader: only a debugging consumer (-2) may wait on a follower
+        only_leader = self.body["replica_id"] != DEBUGGING_REPLICA_ID
         available = 0
         for tp, status in self.statuses.items():
             try:
-                partition, log_ = self.replica_manager.leader_log(tp, status.fetch["current_leader_epoch"])
+                partition, log_ = self.replica_manager.hosted_log(
+                    tp, status.fetch["current_leader_epoch"], fetch_only_from_leader=only_leader
+                )
             except KafkaError:
                 return self.force_complete()
             end = log_.log_end_offset if is_follower else log_.high_watermark

@@ -330,10 +330,7 @@ class ReplicaManager:
             respond(results)
             return
         statuses = {tp: FetchPartitionStatus(p, results[tp].high_watermark) for tp, p in requested.items()}
-        # Kafka's DelayedFetch looks partitions up with the fetch's fetchOnlyFromLeader: a
-        # debugging consumer's parked fetch waits at a follower too (_FollowerOrLeaderReplicas).
-        replicas = _FollowerOrLeaderReplicas(self) if replica_id == DEBUGGING_REPLICA_ID else self
-        operation = DelayedFetch(body["max_wait_ms"], body, statuses, replicas, respond)
+        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
         self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
 
     def read_from_local_log(
@@ -419,26 +416,3 @@ class ReplicaManager:
             self.isr_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
-
-
-class _FollowerOrLeaderReplicas:
-    """The ReplicaManager as a debugging consumer's DelayedFetch sees it (Kafka's
-    ``fetchOnlyFromLeader = false``): its partitions are looked up on a follower as on the leader,
-    so the fetch waits out max wait instead of completing at once on NOT_LEADER_OR_FOLLOWER."""
-
-    def __init__(self, replica_manager: ReplicaManager) -> None:
-        self.replica_manager = replica_manager
-
-    def leader_log(self, tp: TopicPartition, current_leader_epoch: int = -1) -> tuple[Partition, Log]:
-        return self.replica_manager.hosted_log(tp, current_leader_epoch)
-
-    def min_insync_replicas(self, topic: str) -> int:
-        return self.replica_manager.min_insync_replicas(topic)
-
-    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
-        return False  # not a follower: never throttled
-
-    def read_from_local_log(
-        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
-    ) -> dict[TopicPartition, ReadResult]:
-        return self.replica_manager.read_from_local_log(replica_id, requested, max_bytes)
