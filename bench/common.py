@@ -43,22 +43,25 @@ def floodmark_command() -> list[str]:
 
 @contextmanager
 def bench_cluster(
-    settings: Mapping[str, str] | None = None, keep_data: bool = False, prefix: str = "floodmark-bench-"
+    settings: Mapping[str, str] | None = None,
+    keep_data: bool = False,
+    prefix: str = "floodmark-bench-",
+    brokers: int = BROKERS,
 ) -> Iterator[LocalCluster]:
-    """ZooKeeper + 3 brokers on free loopback ports in a fresh temp dir; always stopped on exit.
+    """ZooKeeper + ``brokers`` (3) brokers on free loopback ports in a fresh temp dir; always stopped on exit.
 
     The data dir is removed afterwards unless ``keep_data`` is set or something failed (then its
     path is printed, for the broker.out and state-change.log files)."""
     data_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    base = free_port_block(BROKERS)
+    base = free_port_block(brokers)
     cluster = LocalCluster(data_dir, progress=say)
     ok = False
     try:
         say(
-            f"starting ZooKeeper on {base - 1} and brokers 1-{BROKERS} on {base}-{base + BROKERS - 1} in {data_dir}"
+            f"starting ZooKeeper on {base - 1} and brokers 1-{brokers} on {base}-{base + brokers - 1} in {data_dir}"
         )
         cluster.up(
-            brokers=BROKERS,
+            brokers=brokers,
             zookeeper_port=base - 1,
             base_port=base,
             overrides=dict(settings if settings is not None else CLUSTER_SETTINGS),

@@ -51,22 +51,20 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import load_average, machine, say  # noqa: E402
+from bench.common import bench_cluster, load_average, machine, say  # noqa: E402
 from bench.reassign_report import MB, RECORD_BYTES, Fill, Move, report  # noqa: E402
 from cli.reassign_throttle import remove_throttle, set_throttle  # noqa: E402
 from client.admin import AdminClient  # noqa: E402
 from client.producer.producer import Producer  # noqa: E402
 from client.types import TopicPartition  # noqa: E402
 from devcluster.cluster import LocalCluster  # noqa: E402
-from devcluster.ports import free_port_block  # noqa: E402
 from zk.data import decode_partition_state, encode_topic_assignment, encode_topic_config  # noqa: E402
 from zk.paths import config_topic_path, partition_state_path, topic_path  # noqa: E402
 
@@ -84,8 +82,6 @@ UNTHROTTLED = ("reassign-unthrottled", [1, 2], [1, 2, 3])
 THROTTLED = ("reassign-throttled", [1, 2], [1, 2, 4])
 POLL_S = 0.05
 LOAD_POLL_S = 30.0
-UP_TIMEOUT_S = 90.0
-DOWN_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 60.0
 ISR_TIMEOUT_S = 30.0  # after a move: until metadata shows the new replica in the ISR
 ZK_TIMEOUT_S = 15.0
@@ -135,38 +131,6 @@ def check_disk(root: Path, size_bytes: int) -> None:
             f"{DISK_MARGIN_BYTES / MB:,.0f} MB); use a smaller --size-mb or set TMPDIR elsewhere"
         )
     say(f"disk: {free / MB:,.0f} MB free on {root}, about {needed / MB:,.0f} MB needed")
-
-
-@contextmanager
-def four_brokers(overrides: dict[str, str], keep_data: bool) -> Iterator[LocalCluster]:
-    """ZooKeeper + 4 brokers in a fresh temp dir; always stopped; the dir removed unless kept."""
-    data_dir = Path(tempfile.mkdtemp(prefix="floodmark-reassign-"))
-    base = free_port_block(BROKERS)
-    cluster = LocalCluster(data_dir, progress=say)
-    ok = False
-    try:
-        say(f"starting ZooKeeper on {base - 1} and brokers 1-{BROKERS} on {base}.. in {data_dir}")
-        cluster.up(
-            brokers=BROKERS,
-            zookeeper_port=base - 1,
-            base_port=base,
-            overrides=overrides,
-            timeout=UP_TIMEOUT_S,
-        )
-        yield cluster
-        ok = True
-    finally:
-        if cluster.state is not None:
-            try:
-                cluster.down(timeout=DOWN_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - report, keep the original error
-                say(f"stopping the cluster failed: {exc}")
-                ok = False
-        if ok and not keep_data:
-            shutil.rmtree(data_dir, ignore_errors=True)
-            say(f"removed {data_dir}")
-        else:
-            say(f"cluster data kept in {data_dir} (broker-*/broker.out, broker-*/state-change.log)")
 
 
 def log_bytes(cluster: LocalCluster, broker: int, topic: str) -> int:
@@ -383,7 +347,9 @@ def main() -> None:
     facts = {"quiet": wait_for_quiet(args.max_load, args.load_wait_s), "before": load_average()}
     facts["date"] = time.strftime("%Y-%m-%d %H:%M %Z")
     started = time.monotonic()
-    with four_brokers(settings(args), args.keep_data) as cluster:
+    with bench_cluster(
+        settings(args), args.keep_data, prefix="floodmark-reassign-", brokers=BROKERS
+    ) as cluster:
         moves, fills = asyncio.run(measure(cluster, args))
     if args.samples is not None:
         args.samples.write_text(json.dumps({m.topic: m.samples for m in moves}) + "\n")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from cli.main import build_cli
 from client.protocol.records import build_batch, decode_batch, iter_batches, set_partition_leader_epoch
 from tests.integration.cluster_fixtures import start_cluster
 from tests.integration.failover_helpers import create_topic, eventually, produce_outcomes
+from tests.integration.zk_state import partition_state
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +45,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     c.down()
-
-
-def state(zk, topic: str, partition: int) -> dict:
-    return json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
 
 
 async def populate(cluster, topic: str) -> dict[int, int]:
@@ -129,7 +125,7 @@ async def test_a_divergent_follower_batch_below_the_hw_is_reported_and_exits_1(c
     await populate(cluster, topic)
 
     async def full_isr() -> dict | None:
-        current = state(zk, topic, partition)
+        current = partition_state(zk, topic, partition)[0]
         return current if len(current["isr"]) == 3 else None
 
     before = await eventually(full_isr, f"all three replicas in the ISR of {topic}-{partition}", timeout=60)
@@ -140,7 +136,7 @@ async def test_a_divergent_follower_batch_below_the_hw_is_reported_and_exits_1(c
     await asyncio.to_thread(cluster.start, follower)
 
     async def back_in_isr() -> bool:
-        return follower in state(zk, topic, partition)["isr"]
+        return follower in partition_state(zk, topic, partition)[0]["isr"]
 
     await eventually(back_in_isr, f"broker {follower} back in the ISR of {topic}-{partition}", timeout=60)
 
