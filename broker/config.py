@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from broker.config_error import ConfigError
+from broker.config_prop import INT_MAX, LONG_MAX, Prop, props_table
 from broker.controlled_shutdown import ControlledShutdownSettings
+from broker.coordinator.coordinator_config import GROUP_COORDINATOR_PROPERTIES, GroupConfig
 from broker.listener_config import check_unique, parse_listeners, parse_per_ip_overrides, parse_protocol_map
 from broker.log import LogConfig
 from broker.network import Listener, NetworkConfig
@@ -28,57 +30,11 @@ from broker.replica.replication_quota import parse_throttled_replicas
 from controller.controller import ControllerConfig
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
 #: Kafka's default ``listener.security.protocol.map``: each security protocol as a listener name.
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 
 
-@dataclass(frozen=True)
-class Prop:
-    name: str
-    kind: str  # int | bool | str | list | double
-    default: Any
-    low: int | None = None
-    high: int | None = None
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-
-    def parse(self, raw: str | int | bool) -> Any:
-        text = str(raw).strip()
-        if self.kind == "int":
-            try:
-                value = int(text)
-            except ValueError:
-                raise ConfigError(
-                    f"Invalid value {text!r} for configuration {self.name}: not a number"
-                ) from None
-            if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-                bounds = f"[{self.low if self.low is not None else '...'},...,{self.high if self.high is not None else '...'}]"
-                raise ConfigError(
-                    f"Invalid value {value} for configuration {self.name}: Value must be in {bounds}"
-                )
-            return value
-        if self.kind == "bool":
-            if text.lower() not in ("true", "false"):
-                raise ConfigError(
-                    f"Invalid value {text!r} for configuration {self.name}: Expected value to be true or false"
-                )
-            return text.lower() == "true"
-        if self.kind == "list":
-            return [item.strip() for item in text.split(",") if item.strip()]
-        if self.choices and text not in self.choices:
-            raise ConfigError(
-                f"Invalid value {text!r} for configuration {self.name}: String must be one of: {', '.join(self.choices)}"
-            )
-        return text
-
-
-def _props(*props: Prop) -> dict[str, Prop]:
-    return {p.name: p for p in props}
-
-
-BROKER_PROPERTIES: dict[str, Prop] = _props(
+BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("broker.id", "int", -1, low=-1, doc="this broker's id; must be set and unique"),
     Prop("listeners", "str", "PLAINTEXT://127.0.0.1:9092"),
     Prop("advertised.listeners", "str", ""),
@@ -232,6 +188,7 @@ BROKER_PROPERTIES: dict[str, Prop] = _props(
         doc="Prometheus /metrics port; -1 disables, 0 picks one",
     ),
     Prop("state.change.log.file", "str", "", doc="default: <first log dir>/../state-change.log"),
+    *GROUP_COORDINATOR_PROPERTIES,
 )
 
 #: Topic-level config name -> the broker property that supplies its default (Kafka's LogConfig).
@@ -443,6 +400,10 @@ class BrokerConfig:
             queued_max_request_bytes=None if pool_bytes < 0 else pool_bytes,
             inter_broker_listener=self.inter_broker_listener_name,
         )
+
+    def group_config(self) -> GroupConfig:
+        """The group coordinator's settings (Kafka's GroupConfig and OffsetConfig)."""
+        return GroupConfig.from_properties(self.__getitem__)
 
     def controller_config(self) -> ControllerConfig:
         """The controller's settings (Kafka's KafkaController reads them from KafkaConfig)."""

@@ -30,7 +30,8 @@ from pathlib import Path
 import click
 import pytest
 
-from broker.config import BROKER_PROPERTIES, INT_MAX, LONG_MAX, TOPIC_ONLY_PROPERTIES, TOPIC_TO_BROKER, Prop
+from broker.config import BROKER_PROPERTIES, TOPIC_ONLY_PROPERTIES, TOPIC_TO_BROKER
+from broker.config_prop import INT_MAX, LONG_MAX, Prop
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"
