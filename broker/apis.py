@@ -16,12 +16,15 @@ from collections.abc import Callable
 from kazoo.exceptions import KazooException
 
 from broker import config_admin, reassignment_admin
+from broker.api_responses import fetch_response, per_partition, produce_response
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
+from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC
+from broker.group_apis import GroupApis
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
 from broker.producer_id_manager import InvalidProducerIdAndEpoch, ProducerIdManager
 from broker.replica.delayed import ProducePartitionStatus
-from broker.replica.replica_manager import ReadResult, ReplicaManager
+from broker.replica.replica_manager import ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
@@ -45,6 +48,7 @@ class KafkaApis:
         cluster_id: Callable[[], str | None],
         rng: random.Random,
         on_metadata_update: Callable[[list[tuple[str, int]]], None] | None = None,
+        group_apis: GroupApis | None = None,
     ) -> None:
         self.config = config
         self.rm = replica_manager
@@ -75,7 +79,9 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            **(group_apis.handlers() if group_apis else {}),
         }
+        self.group_apis = group_apis
 
     async def handle(self, request: Request) -> None:
         handler = self._handlers.get(request.api_key)
@@ -161,10 +167,21 @@ class KafkaApis:
         request.respond({"error_code": ErrorCode.NONE})
 
     async def handle_leader_and_isr(self, request: Request) -> None:
-        request.respond(await self.rm.become_leader_or_follower(request.body))
+        response = await self.rm.become_leader_or_follower(request.body)
+        if self.group_apis is not None and response["error_code"] == ErrorCode.NONE:
+            results = {(p["topic"], p["partition"]): p["error_code"] for p in response["partitions"]}
+            self.group_apis.on_leadership_change(
+                request.body["partition_states"], self.config.broker_id, results
+            )
+        request.respond(response)
 
     async def handle_stop_replica(self, request: Request) -> None:
-        request.respond(await self.rm.stop_replicas(request.body))
+        response = await self.rm.stop_replicas(request.body)
+        if self.group_apis is not None and response["error_code"] == ErrorCode.NONE:
+            for p in request.body["partitions"]:
+                if p["topic"] == GROUP_METADATA_TOPIC:
+                    self.group_apis.resign(p["partition"])
+        request.respond(response)
 
     async def handle_controlled_shutdown(self, request: Request) -> None:
         try:
@@ -189,21 +206,30 @@ class KafkaApis:
         entries = {
             (t["topic"], p["partition"]): p["records"] for t in body["topics"] for p in t["partitions"]
         }
-        if acks not in (-1, 0, 1):
+        internal = [tp for tp in entries if tp[0] == GROUP_METADATA_TOPIC]
+        if acks not in (-1, 0, 1) or internal:
             statuses = {
                 tp: ProducePartitionStatus(
                     ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, f"acks={acks}", pending=False
                 )
+                if acks not in (-1, 0, 1)
+                else ProducePartitionStatus(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    -1,
+                    -1,
+                    "Cannot append to internal topic",
+                    pending=False,
+                )
                 for tp in entries
             }
-            request.respond(_produce_response(statuses))
+            request.respond(produce_response(statuses))
             return
 
         def respond(statuses: dict[tuple[str, int], ProducePartitionStatus]) -> None:
             if acks == 0:
                 request.no_response()
             else:
-                request.respond(_produce_response(statuses))
+                request.respond(produce_response(statuses))
 
         self.rm.append_records(acks, body["timeout_ms"], entries, respond)
 
@@ -424,57 +450,3 @@ class KafkaApis:
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         while not all(ready(t) for t in topics) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)
-
-
-def fetch_response(results: dict[tuple[str, int], ReadResult]) -> dict:
-    """The Fetch response body for the replica manager's read results."""
-    topics: dict[str, list[dict]] = {}
-    for (topic, partition), r in results.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition": partition,
-                "error_code": r.error_code,
-                "high_watermark": r.high_watermark,
-                "last_stable_offset": r.high_watermark,
-                "log_start_offset": r.log_start_offset,
-                "records": r.records,
-            }
-        )
-    return {
-        "error_code": ErrorCode.NONE,
-        "throttle_time_ms": 0,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-    }
-
-
-def per_partition(body: dict, answer: Callable[[tuple[str, int], dict], dict]) -> dict:
-    """A ``{"topics": [...]}`` response with ``answer(tp, request partition)`` for every partition
-    the request names (ListOffsets, OffsetsForLeaderEpoch)."""
-    return {
-        "topics": [
-            {
-                "topic": t["topic"],
-                "partitions": [
-                    {"partition": p["partition"], **answer((t["topic"], p["partition"]), p)}
-                    for p in t["partitions"]
-                ],
-            }
-            for t in body["topics"]
-        ]
-    }
-
-
-def _produce_response(statuses: dict[tuple[str, int], ProducePartitionStatus]) -> dict:
-    topics: dict[str, list[dict]] = {}
-    for (topic, partition), s in statuses.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition": partition,
-                "error_code": s.error_code,
-                "base_offset": s.base_offset,
-                "log_append_time": -1,
-                "log_start_offset": s.log_start_offset,
-                "error_message": s.error_message,
-            }
-        )
-    return {"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()], "throttle_time_ms": 0}

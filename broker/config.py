@@ -24,6 +24,7 @@ from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.coordinator.coordinator_config import GROUP_COORDINATOR_PROPERTIES, GroupConfig
 from broker.listener_config import check_unique, parse_listeners, parse_per_ip_overrides, parse_protocol_map
 from broker.log import LogConfig
+from broker.log.cleaner_config import CLEANUP_POLICY_PROPERTY, LOG_CLEANER_PROPERTIES, CleanerConfig
 from broker.network import Listener, NetworkConfig
 from broker.network.quotas import derived_connection_limits
 from broker.replica.replication_quota import parse_throttled_replicas
@@ -159,7 +160,7 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     ),
     Prop("log.index.size.max.bytes", "int", 10485760, low=4),
     Prop("message.max.bytes", "int", 1048588, low=0),
-    Prop("log.cleanup.policy", "str", "delete", choices=("delete",)),
+    CLEANUP_POLICY_PROPERTY,
     Prop(
         "producer.id.expiration.ms",
         "int",
@@ -189,6 +190,7 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     ),
     Prop("state.change.log.file", "str", "", doc="default: <first log dir>/../state-change.log"),
     *GROUP_COORDINATOR_PROPERTIES,
+    *LOG_CLEANER_PROPERTIES,
 )
 
 #: Topic-level config name -> the broker property that supplies its default (Kafka's LogConfig).
@@ -206,6 +208,10 @@ TOPIC_TO_BROKER = {
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
 }
 
 
@@ -367,7 +373,17 @@ class BrokerConfig:
             segment_index_bytes=merged["segment.index.bytes"],
             file_delete_delay_ms=merged["file.delete.delay.ms"],
             producer_id_expiration_ms=self["producer.id.expiration.ms"],  # broker-wide, as in Kafka
+            cleanup_policy=tuple(merged["cleanup.policy"]),
+            delete_retention_ms=merged["delete.retention.ms"],
+            min_cleanable_dirty_ratio=merged["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=merged["min.compaction.lag.ms"],
+            max_compaction_lag_ms=merged["max.compaction.lag.ms"],
+            cleaner=self.cleaner_config(),  # broker-wide: the log manager reads the default config's
         )
+
+    def cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's settings (Kafka's ``LogCleaner.cleanerConfig``)."""
+        return CleanerConfig.from_properties(self.__getitem__)
 
     def network_config(self, file_budget: int | None = None) -> NetworkConfig:
         """The socket server's settings (Kafka's SocketServer and KafkaRequestHandlerPool). The

@@ -17,33 +17,31 @@ import os
 import random
 import resource
 import socket
-import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from broker.apis import KafkaApis
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
+from broker.coordinator import group_offsets
 from broker.dynamic_broker_config import BrokerConfigHandler
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
 from broker.file_budget import current_budget, log_budget, open_files
+from broker.group_apis import build_group_apis
 from broker.log import LogManager
-from broker.log.log import ScheduleOnce
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import Request, SocketServer
-from broker.network.acceptor import Acceptor
-from broker.network.socket_server import AcceptorFactory
 from broker.replica.fetcher_manager import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
 from broker.replica.replica_manager import ReplicaManager
+from broker.server_runtime import ServerRuntime, wall_clock_ms
 from broker.state_change_log import StateChangeLog
-from client.connection import BrokerConnection, ConnectionFactory
+from client.connection import BrokerConnection
 from controller import preferred_election
 from controller.controller import KafkaController
 from zk.bridge import ZkBridge
@@ -55,30 +53,6 @@ log = logging.getLogger(__name__)
 #: Re-registration after a session loss: first retry delay, and the cap of its doubling.
 REGISTRATION_BACKOFF_MS = 100
 REGISTRATION_MAX_BACKOFF_MS = 5_000
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class ServerRuntime:
-    """What the broker takes from outside the process beyond its clock and randomness: ZooKeeper
-    clients, outgoing connections, listening sockets, the monotonic clock of request timing. The
-    defaults are the real ones; the simulator (docs/design.md "Simulation") passes its in-memory
-    ZooKeeper's clients, its network's connections and acceptors, and its virtual clock."""
-
-    #: ZkBridge's ``client_factory`` (None: kazoo's KazooClient)
-    zk_client_factory: Callable[..., Any] | None = None
-    #: opens the controller channel's, the replica fetchers' and controlled shutdown's connections
-    #: (None: BrokerConnection.open, real TCP)
-    connect: ConnectionFactory | None = None
-    #: makes each listener's acceptor (default: a listening socket)
-    acceptor_factory: AcceptorFactory = Acceptor
-    monotonic: Callable[[], float] = time.monotonic
-    #: runs each roll's "flush-log" job (None: the log manager's own flusher thread; the
-    #: simulator runs it as a callback on its loop, since a real thread would race it)
-    schedule_once: ScheduleOnce | None = None
 
 
 class BrokerServer:
@@ -100,6 +74,7 @@ class BrokerServer:
         self.cluster_id: str | None = None
         self._tasks: list[asyncio.Task] = []
         self._session_lost = False
+        self._stopping = False  # set by shutdown: a session event then re-registers nothing
         self._registered = asyncio.Event()  # set once registered: requests wait for it
         self._reregistration: asyncio.Task | None = None
         self.port: int | None = None  # the first listener's bound port
@@ -199,15 +174,13 @@ class BrokerServer:
             self.state_change_log,
             self.runtime.connect,
         )
-        self.apis = KafkaApis(
-            cfg,
-            self.replica_manager,
-            self.metadata_cache,
-            self.controller,
-            self.zk,
-            lambda: self.cluster_id,
-            self.rng,
+        self.group_apis = build_group_apis(
+            cfg, self.replica_manager, self.metadata_cache, self.zk, self.time_ms, self.rng
         )
+        self.apis = KafkaApis(
+            cfg, self.replica_manager, self.metadata_cache, self.controller, self.zk,
+            lambda: self.cluster_id, self.rng, group_apis=self.group_apis,
+        )  # fmt: skip
 
     async def _start_socket_server(self) -> None:
         """The Reactor pipeline on every listener, and the metrics endpoint."""
@@ -357,10 +330,14 @@ class BrokerServer:
 
     # -- ZooKeeper session (re-register after the session expires, as Kafka's KafkaHealthcheck did) ---
     def _on_zk_state(self, state: str) -> None:
+        if self._stopping:
+            return
         if state == "LOST":
             self._session_lost = True
             log.warning("[KafkaServer id=%d] ZooKeeper session lost; will re-register", self.broker_id)
-        elif state == "CONNECTED" and self._session_lost:
+        elif state == "CONNECTED" and self._session_lost and self._registered.is_set():
+            # only a broker that registered once re-registers here: one still starting registers
+            # at its own step (a re-registration then would announce a broker that serves nothing)
             self._session_lost = False
             if self._reregistration is None or self._reregistration.done():
                 self._reregistration = asyncio.get_running_loop().create_task(
@@ -423,6 +400,11 @@ class BrokerServer:
                 self.log_manager.flush_dirty_logs,
             ),
             ("purgatory-purge", 10_000, self._purge_purgatories),
+            (
+                "delete-expired-group-metadata",
+                cfg["offsets.retention.check.interval.ms"],
+                lambda: group_offsets.expire_offsets(self.group_apis.coordinator),
+            ),
             # Kafka's ReplicaManager.startup: ISR shrink and ISR change propagation
             (
                 "isr-expiration",
@@ -473,6 +455,7 @@ class BrokerServer:
 
     async def shutdown(self, controlled: bool = True) -> None:
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        self._stopping = True
         if controlled and self.config["controlled.shutdown.enable"]:
             await controlled_shutdown(
                 self.broker_id,
@@ -485,6 +468,7 @@ class BrokerServer:
             task.cancel()
         await self._shutdown_step("periodic tasks", asyncio.gather(*self._tasks, return_exceptions=True))
         await self._shutdown_step("socket server", self.socket_server.stop())
+        self.group_apis.shutdown()
         await self._shutdown_step("config change listener", self.dynamic_config.shutdown())
         self.metrics.close()
         await self._shutdown_step("controller", self.controller.shutdown())

@@ -24,6 +24,7 @@ from cli import (
     consume,
     demo,
     elect_leaders,
+    groups,
     ledger,
     perf,
     produce,
@@ -111,6 +112,7 @@ def build_cli() -> click.Group:
     cli.add_command(reassign.reassign)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
+    cli.add_command(groups.groups)
     cli.add_command(perf.perf)
     cli.add_command(chaos.chaos)
     cli.add_command(verify.verify)

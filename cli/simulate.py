@@ -54,6 +54,13 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
 @click.option(
     "--invariants", default="all", show_default=True, help="The invariants to check (all, or a list)."
 )
+@click.option(
+    "--consumers",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Members of a consumer group reading the first topic (seed 004), crashing now and then.",
+)
 @click.option("--jobs", type=int, default=1, show_default=True, help="Processes running schedules at once.")
 @click.option("--verbose", is_flag=True, help="Print every schedule's summary, not only failures.")
 def simulate(
@@ -64,6 +71,7 @@ def simulate(
     brokers: int,
     faults: str,
     invariants: str,
+    consumers: int,
     jobs: int,
     verbose: bool,
 ) -> None:
@@ -78,6 +86,7 @@ def simulate(
     if jobs < 1:
         raise CliError(f"--jobs must be at least 1, got {jobs}")
     from sim.faults import parse_kinds
+    from sim.group_workload import GroupWorkloadConfig
     from sim.invariants import ALL_INVARIANTS
     from sim.sweep import ScheduleConfig, ScheduleResult, sweep
 
@@ -98,6 +107,7 @@ def simulate(
         brokers=brokers,
         faults=kinds,
         invariants=checked,
+        group=GroupWorkloadConfig(members=consumers),
     )
     single = len(chosen) == 1
     quiet = not click.get_current_context().find_root().params.get("debug")

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from client import config_bodies
+from client.group_admin import ConsumerGroupsMixin
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 _RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
 
 
-class AdminClient(PartitionReassignmentsMixin):
+class AdminClient(PartitionReassignmentsMixin, ConsumerGroupsMixin):
     def __init__(
         self,
         bootstrap_servers,

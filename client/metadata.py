@@ -434,6 +434,13 @@ class Cluster:
         future.set_result(conn)
         return conn
 
+    def abandon(self) -> None:
+        """Drop every connection at once and refuse new ones (a client killed mid-flight)."""
+        self._closed = True
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+
     def drop_connection(self, node_id: int) -> None:
         """Close the connection to ``node_id`` (after a timeout, say) so the next use reopens it."""
         broker = self.metadata.broker(node_id)

@@ -36,6 +36,27 @@ class RecordMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset (Kafka's OffsetAndMetadata): the next offset the group should read,
+    with an optional metadata string and the leader epoch of the record before it (KIP-320)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A group member's identity now (Kafka's ConsumerGroupMetadata, KIP-447): the generation is
+    -1 and the member id empty while it holds none."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerRecord:
     topic: str
     partition: int
@@ -175,3 +196,43 @@ class Config:
     def values(self, source: int | None = None) -> dict[str, str | None]:
         """``{name: value}``, only the entries from ``source`` when given."""
         return {e.name: e.value for e in self.entries if source is None or e.source == source}
+
+
+# -- consumer groups (Kafka's Admin listConsumerGroups / describeConsumerGroups) ---------------
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    """One group a broker coordinates, as ListGroups names it (Kafka's ConsumerGroupListing):
+    ``protocol_type`` "consumer" for consumer groups, "" for a group that only has committed
+    offsets; ``state`` Kafka's group state name (``Stable``, ``Empty`` ...), None when unknown."""
+
+    group_id: str
+    protocol_type: str
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member of a group (Kafka's MemberDescription); ``assignment`` its partitions, known
+    only while the group is Stable (empty otherwise)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A group as its coordinator describes it (Kafka's ConsumerGroupDescription): ``state``
+    ``Dead`` for a group that does not exist, ``protocol`` the assignor chosen (Stable only),
+    ``coordinator`` the broker id that answered."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: int
+    members: tuple[MemberDescription, ...] = ()

@@ -205,6 +205,11 @@ class BrokerProcess:
             if current is not None and current.cancelling():
                 raise
             raise ProcessCrashed(f"broker {self.broker_id} crashed while starting") from None
+        except Exception as exc:
+            # floodmark-broker exits when its start-up fails (broker/__main__.py lets the error
+            # out, as Kafka's "Fatal error during KafkaServer startup"): the process is gone
+            self.crash()
+            raise ProcessCrashed(f"broker {self.broker_id} exited: its start-up failed: {exc!r}") from exc
 
     def _zk_client(self, *args: Any, **kwargs: Any) -> SimKazooClient:
         self.zk_client = client_factory(self.zookeeper)(*args, **kwargs)

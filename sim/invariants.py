@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from client.types import TopicPartition
 from sim.broker_process import ProcessState
 from sim.errors import SimulationError
+from sim.group_invariants import GROUP_INVARIANTS
 from sim.log_reading import batches_below, first_difference, records_below
 from sim.producer_order import out_of_send_order
 from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH
@@ -77,6 +78,7 @@ ALL_INVARIANTS = (
     PRODUCER_ORDER,
     LIVENESS,
     NO_SPIN,
+    *GROUP_INVARIANTS,
 )
 
 

@@ -37,6 +37,8 @@ from typing import Any
 from client.types import TopicPartition
 from sim.errors import Livelock, SimulationError, TaskSpinning
 from sim.faults import ALL_KINDS, FaultInjector, FaultKind, FaultPlan
+from sim.group_invariants import GROUP_LIVENESS, GroupChecker
+from sim.group_workload import GroupWorkload, GroupWorkloadConfig
 from sim.invariants import ALL_INVARIANTS, LIVENESS, NO_SPIN, Invariants, InvariantViolation
 from sim.progress import Limits
 from sim.runner import run_simulation
@@ -55,6 +57,9 @@ SCHEDULE_PROPS = {
     "controlled.shutdown.enable": "true",
     "controlled.shutdown.max.retries": "2",
     "controlled.shutdown.retry.backoff.ms": "200",
+    # the consumer group's (sim/group_workload.py): a small offsets topic, a short initial delay
+    "offsets.topic.num.partitions": "5",
+    "group.initial.rebalance.delay.ms": "1000",
 }
 HISTORY_KEEP = 30
 
@@ -74,6 +79,8 @@ class ScheduleConfig:
     full_check_every_s: float = 2.0
     liveness_s: float = 60.0
     props: tuple[tuple[str, str], ...] = tuple(SCHEDULE_PROPS.items())
+    #: a consumer group over the first topic (sim/group_workload.py); members 0: none
+    group: GroupWorkloadConfig = field(default_factory=GroupWorkloadConfig)
 
     def time_limit_s(self) -> float:
         """A virtual-time bound no healthy schedule reaches: past it the schedule hangs (a
@@ -86,6 +93,8 @@ class ScheduleConfig:
         length = f"--duration {self.duration_s:g}" if self.duration_s is not None else f"--steps {self.steps}"
         parts = [f"floodmark simulate --seed {seed} {length} --brokers {self.brokers}"]
         parts.append(f"--faults {format_kinds(self.faults)}")
+        if self.group.members:
+            parts.append(f"--consumers {self.group.members}")
         if self.invariants != frozenset(ALL_INVARIANTS):
             parts.append("--invariants " + ",".join(i for i in ALL_INVARIANTS if i in self.invariants))
         return " ".join(parts)
@@ -111,6 +120,10 @@ class ScheduleResult:
     failures: int = 0
     faults: int = 0
     checks: int = 0
+    #: consumer group (sim/group_workload.py): generations assigned, commits, coordinator moves
+    group_assignments: int = 0
+    group_commits: int = 0
+    coordinator_moves: int = 0
     invariant: str | None = None  # which invariant failed (or "error" for an exception)
     message: str = ""
     history: tuple[str, ...] = ()
@@ -148,6 +161,7 @@ class _Run:
         self.checker: Invariants | None = None
         self.workload: Workload | None = None
         self.faults: FaultInjector | None = None
+        self.group: GroupWorkload | None = None
         self.step = 0
 
     def note(self, event: str) -> None:
@@ -173,6 +187,11 @@ class _Run:
         checker.install()
         await world.start()
         await workload.start()
+        if config.group.members and workload.topics:
+            self.group = GroupWorkload(
+                world, config.group, GroupChecker(checker.fail, config.invariants), self.note
+            )
+            await self.group.start(sorted(workload.topics)[0])
         faults = self.faults = FaultInjector(
             world,
             FaultPlan(config.faults, config.fault_rate, config.fault_duration_s),
@@ -186,6 +205,8 @@ class _Run:
             checker.step = self.step
             changed = await faults.step()
             workload.step()
+            if self.group is not None:
+                self.group.step()
             await asyncio.sleep(pace.uniform(*config.step_s))
             full = changed or world.loop.time() >= next_full
             if full:
@@ -203,8 +224,11 @@ class _Run:
         checker.check(full=True)
         checker.raise_if_violated()
         await self._liveness(world, workload)
+        await self._group_liveness(world, workload)
         checker.check_final()
         checker.raise_if_violated()
+        if self.group is not None:
+            await self.group.close()
         await workload.close()
 
     def _done(self, started: float) -> bool:
@@ -231,6 +255,24 @@ class _Run:
             what = _unhealthy(world, workload) or str(exc)
             assert self.checker is not None
             self.checker.fail(LIVENESS, f"after every fault healed, {what}")
+            self.checker.raise_if_violated()
+
+    async def _group_liveness(self, world: World, workload: Workload) -> None:
+        group = self.group
+        if group is None or group.topic is None or GROUP_LIVENESS not in self.config.invariants:
+            return
+        topic = group.topic
+
+        def unsettled() -> str | None:
+            return GroupChecker.unsettled(group.live(), workload.topics.get(topic, 0), topic)
+
+        try:
+            await world.wait_for(
+                lambda: unsettled() is None, "the group settles", within_s=self.config.liveness_s
+            )
+        except AssertionError:
+            assert self.checker is not None
+            self.checker.fail(GROUP_LIVENESS, f"after every fault healed, {unsettled()}")
             self.checker.raise_if_violated()
 
 
@@ -325,6 +367,9 @@ def run_schedule(seed: int, config: ScheduleConfig | None = None) -> ScheduleRes
         failures=len(ledger.failures) if ledger is not None else 0,
         faults=run.faults.started if run.faults is not None else 0,
         checks=checker.checks if checker is not None else 0,
+        group_assignments=run.group.checker.assignments if run.group is not None else 0,
+        group_commits=run.group.checker.commits if run.group is not None else 0,
+        coordinator_moves=run.group.coordinator_moves if run.group is not None else 0,
         invariant=invariant,
         message=message,
         history=tuple(run.history),

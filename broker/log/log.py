@@ -7,7 +7,7 @@ mechanisms live beside it, as in Kafka: the settings in :mod:`broker.log.log_con
 (``LogConfig``), checking and stamping a record set in :mod:`broker.log.log_validator`
 (``LogValidator``), opening and recovery in :mod:`broker.log.log_loader` (``LogLoader``),
 retention in :mod:`broker.log.retention` (``deleteOldSegments``), producer snapshots in
-:mod:`broker.log.producer_snapshots`.
+:mod:`broker.log.producer_snapshots`, compaction's segment swap in :mod:`broker.log.log_cleaning`.
 
 Producer state (KIP-98, docs/design.md "Idempotent producer"): a leader append checks every batch
 that carries a producer id before offsets are assigned and answers a retried duplicate with the
@@ -47,6 +47,7 @@ from pathlib import Path
 from broker.log import retention
 from broker.log.checkpoint import fsync_dir, fsync_file
 from broker.log.leader_epoch import LeaderEpochFileCache
+from broker.log.log_cleaning import LogCleaning
 from broker.log.log_config import MAX_LONG, LogConfig
 from broker.log.log_dir_failure import KafkaResourceError, KafkaStorageError, LogDirFailureChannel
 from broker.log.log_loader import assign_epoch_from_batch, load_log
@@ -89,7 +90,7 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-class Log(LogTruncation):
+class Log(LogTruncation, LogCleaning):
     """Use :meth:`open`; the constructor only sets up an empty object."""
 
     def __init__(self, dir: Path, config: LogConfig, time_ms: Callable[[], int]) -> None:
@@ -255,7 +256,7 @@ class Log(LogTruncation):
         segment = self._segments[-1]
         now = self._time_ms()
         reason = segment.roll_reason(
-            size, last_offset, now, self.config.segment_bytes, self.config.segment_ms
+            size, last_offset, now, self.config.segment_bytes, self.config.max_segment_ms
         )
         if reason is None:
             return segment

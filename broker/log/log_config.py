@@ -6,12 +6,21 @@ One frozen value per log, built from the broker's defaults and the topic's overr
 change reaches a live log through :meth:`broker.log.log.Log.update_config`. ``producer.id.expiration.ms`` is broker-wide, as in
 Kafka, but travels here because every log expires its own producers (docs/design.md
 "Idempotent producer").
+
+Compaction (docs/design.md "Log compaction"; Kafka's LogCleaner): ``cleanup.policy`` is Kafka's
+list of ``delete`` (retention, :mod:`broker.log.retention`) and ``compact`` (the cleaner,
+:mod:`broker.log.cleaner`), either or both; ``delete.retention.ms``, ``min.cleanable.dirty.ratio``,
+``min.compaction.lag.ms`` and ``max.compaction.lag.ms`` (KIP-354) are the topic's compaction
+settings. The broker-wide ``log.cleaner.*`` settings (:class:`CleanerConfig`) travel here too, in
+``cleaner``, so the log manager, which is built from the default config, has them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from broker.log.cleaner_config import CLEANUP_POLICIES, COMPACT, DELETE, CleanerConfig
 
 MAX_LONG = 2**63 - 1
 MIN_SEGMENT_BYTES = 14
@@ -35,6 +44,15 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     #: broker-wide ``producer.id.expiration.ms`` (no topic override), as Kafka gives every Log
     producer_id_expiration_ms: int = 86400000
+    #: Kafka's list: ``("delete",)``, ``("compact",)`` or both, in the order given
+    cleanup_policy: tuple[str, ...] = (DELETE,)
+    #: how long a tombstone stays once in the cleaned section (Kafka's deleteRetentionMs)
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG  # KIP-354
+    #: broker-wide ``log.cleaner.*`` (no topic override), read by the log manager
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
 
     def __post_init__(self) -> None:
         checks = {
@@ -49,10 +67,34 @@ class LogConfig:
             "segment_index_bytes": self.segment_index_bytes >= 12,
             "file_delete_delay_ms": self.file_delete_delay_ms >= 0,
             "producer_id_expiration_ms": self.producer_id_expiration_ms >= 1,
+            "cleanup_policy": bool(self.cleanup_policy) and set(self.cleanup_policy) <= set(CLEANUP_POLICIES),
+            "delete_retention_ms": self.delete_retention_ms >= 0,
+            "min_cleanable_dirty_ratio": 0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
+            "min_compaction_lag_ms": self.min_compaction_lag_ms >= 0,
+            "max_compaction_lag_ms": self.max_compaction_lag_ms >= 1,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"log config {name}={getattr(self, name)} is out of range")
+
+    @property
+    def compact(self) -> bool:
+        """The cleaner compacts this log (``cleanup.policy`` contains ``compact``)."""
+        return COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time and size applies (``cleanup.policy`` contains ``delete``)."""
+        return DELETE in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """The age at which the active segment rolls: ``segment.ms``, or for a compacted log
+        ``max.compaction.lag.ms`` when smaller, so a record is never kept out of the cleaner's
+        reach longer than that (KIP-354; Kafka's ``LogConfig.maxSegmentMs``)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     def segment_kwargs(self, time_ms: Callable[[], int]) -> dict:
         """The keyword arguments every :class:`~broker.log.segment.LogSegment` of the log gets."""

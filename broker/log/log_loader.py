@@ -6,8 +6,10 @@ partition's log (docs/design.md "Log dir failure"; docs/guarantees.md "Disk faul
 :class:`LoadedLog` (Kafka's ``LoadedLogOffsets`` plus the segments, the leader epoch cache and the
 producer state) for :meth:`broker.log.log.Log.open` to adopt. In order:
 
-* stray temporary files (``.tmp``, ``.swap``, ``.deleted``, ``.cleaned``) and indexes without a
-  ``.log`` are deleted (Kafka's ``removeTempFilesAndCollectSwapFiles``);
+* a swap of the log cleaner that a crash interrupted is finished (:func:`complete_swaps`;
+  docs/design.md "Log compaction"): each ``<base>.log.swap`` replaces the segments it covers;
+* stray temporary files (``.tmp``, ``.swap``, ``.deleted``, ``.cleaned``: a cleaner's unfinished
+  pass) and indexes without a ``.log`` are deleted (Kafka's ``removeTempFilesAndCollectSwapFiles``);
 * the leader epoch checkpoint (KIP-101) is read; a corrupt one is deleted, and every segment is
   then re-scanned, which rebuilds the cache from the batches' epochs;
 * segments below the recovery point are opened and their indexes checked; a bad index is rebuilt
@@ -32,6 +34,7 @@ dir online and the load to be retried) closes every segment it opened before it 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +44,20 @@ from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCach
 from broker.log.log_config import LogConfig
 from broker.log.producer_snapshots import rebuild_producer_state
 from broker.log.producer_state import ProducerStateManager
-from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_STEM, TIME_INDEX_SUFFIX, LogSegment
-from client.protocol.records import BatchHeader
+from broker.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_STEM,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    segment_name,
+)
+from client.protocol.records import HEADER_SIZE, MAGIC, BatchHeader, parse_header
 
 log = logging.getLogger(__name__)
 
 STRAY_SUFFIXES = (".tmp", ".swap", ".deleted", ".cleaned")
+SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
 
 
 @dataclass
@@ -59,6 +70,71 @@ class LoadedLog:
     producer_state: ProducerStateManager
     #: segment or snapshot files were created or removed without a directory fsync
     dir_dirty: bool
+
+
+def swap_end_offset(path: Path, base: int) -> int | None:
+    """The offset after the last whole batch of the segment file at ``path``, walking batch
+    headers only; None when it holds no whole batch at or above ``base`` (not a cleaned segment:
+    every cleaned segment holds one batch at least)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos, end = 0, None
+        while pos + HEADER_SIZE <= size:
+            header = parse_header(os.pread(fd, HEADER_SIZE, pos))
+            if header.magic != MAGIC or header.size < HEADER_SIZE or pos + header.size > size:
+                break
+            if header.base_offset < (base if end is None else end):
+                break
+            pos, end = pos + header.size, header.next_offset
+        return end
+    finally:
+        os.close(fd)
+
+
+def complete_swaps(dir: Path) -> int:
+    """Finish the log cleaner's swaps that a crash interrupted (Kafka's loader with ``.swap``
+    files; :mod:`broker.log.log_cleaning`). A ``<base>.log.swap`` holds the cleaned copy of the
+    segments from ``base`` up to its own end offset (a cleaned segment ends where the segments it
+    replaces ended): those still present are deleted, then the swap file becomes ``<base>.log``.
+    Its indexes are deleted and rebuilt by the load. A ``.swap`` that holds no whole batch is
+    left to :func:`remove_stray_files`. Returns how many swaps were finished."""
+    swaps = sorted(
+        path
+        for path in dir.iterdir()
+        if path.name.endswith(SWAP_LOG_SUFFIX) and SEGMENT_STEM.match(path.name[: -len(SWAP_LOG_SUFFIX)])
+    )
+    finished = 0
+    for swap in swaps:
+        stem = swap.name[: -len(SWAP_LOG_SUFFIX)]
+        base = int(stem)
+        end = swap_end_offset(swap, base)
+        if end is None:
+            continue  # not a cleaned segment: deleted with the other stray files
+        covered = sorted(
+            int(path.stem)
+            for path in dir.glob("*" + LOG_SUFFIX)
+            if SEGMENT_STEM.match(path.stem) and base <= int(path.stem) < end
+        )
+        for old in reversed(covered):
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (dir / (segment_name(old) + suffix)).unlink(missing_ok=True)
+        for name in (stem + INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX):
+            (dir / name).unlink(missing_ok=True)
+            (dir / (name + ".swap")).unlink(missing_ok=True)
+        os.rename(swap, dir / (stem + LOG_SUFFIX))
+        log.warning(
+            "%s: finished the cleaner's swap of %s for %d segment(s) in [%d, %d)",
+            dir,
+            swap.name,
+            len(covered),
+            base,
+            end,
+        )
+        finished += 1
+    if finished:
+        fsync_dir(dir)
+    return finished
 
 
 def remove_stray_files(dir: Path) -> list[int]:
@@ -126,6 +202,7 @@ def recover_segments(
     segments: list[LogSegment],
     first_unflushed: int,
     on_batch: Callable[[BatchHeader], None],
+    gaps_allowed: bool = False,
 ) -> list[LogSegment]:
     """Load the segments below ``first_unflushed`` (their indexes checked), re-scan the rest
     (Kafka's ``recoverLog``), and end the log at the first segment that is torn: one whose
@@ -133,7 +210,11 @@ def recover_segments(
     the next segment's base (a roll never leaves one: it is a rolled segment whose data a power
     loss took while its name survived). The later segments are deleted before the torn tail is
     cut (:func:`end_log_after`). ``segments`` is updated in place; returns the re-scanned or
-    rebuilt segments, which the caller fsyncs."""
+    rebuilt segments, which the caller fsyncs.
+
+    ``gaps_allowed`` (a compacted log, docs/design.md "Log compaction") drops the second test, as
+    Kafka has none: a compacted log has offset gaps by design, and a follower of one rolls at the
+    first offset of a fetched batch, past a gap, so its segments may end short of the next base."""
     recovered: list[LogSegment] = []
     i = 0
     while i < len(segments):
@@ -156,7 +237,8 @@ def recover_segments(
                 segment.next_offset,
             )
         elif (
-            i >= first_unflushed
+            not gaps_allowed
+            and i >= first_unflushed
             and i + 1 < len(segments)
             and segment.next_offset != segments[i + 1].base_offset
         ):
@@ -200,6 +282,7 @@ def load_log(
     """Load the segments of ``dir``, recovering what an unclean shutdown may have left torn. A
     load that fails part way (an I/O error, EMFILE) closes every segment it opened."""
     segment_kwargs = config.segment_kwargs(time_ms)
+    complete_swaps(dir)
     bases = remove_stray_files(dir)
     cache, cache_ok = open_epoch_cache(dir)
     if not cache_ok:
@@ -235,7 +318,7 @@ def _load_segments(
     def assign_epoch(header: BatchHeader) -> None:
         assign_epoch_from_batch(cache, header)
 
-    recovered = recover_segments(dir, segments, first_unflushed, assign_epoch)
+    recovered = recover_segments(dir, segments, first_unflushed, assign_epoch, gaps_allowed=config.compact)
     if segments and segments[-1].next_offset < log_start_offset:
         log.warning(
             "%s: log end offset %d is below the log start offset %d; deleting all segments",

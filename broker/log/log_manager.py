@@ -9,6 +9,12 @@ with the fewest partitions, and keeps three checkpoint files per log dir:
 the broker's scheduler calls it (and producer id expiration, ``producer.id.expiration.ms``), and
 writes the clean-shutdown marker last on shutdown.
 
+Compaction (docs/design.md "Log compaction"): the manager owns the :class:`LogCleaner` (Kafka's
+LogManager.cleaner). A manager built on a running event loop starts it on that loop once the logs
+are loaded (as Kafka's LogManager.startup does), with the ``log.cleaner.*`` settings of the
+default config, and stops it first at shutdown; a deleted log loses its ``cleaner-offset-checkpoint``
+entry and a truncation lowers it.
+
 JBOD and KIP-112 (docs/design.md "Log dir failure"): ``log.dirs`` may list several dirs. An
 I/O error in one (while loading, appending, flushing, checkpointing, ...) is reported to the
 :class:`LogDirFailureChannel`, which marks the dir offline at once; :meth:`handle_log_dir_failure`
@@ -18,16 +24,19 @@ checkpointed and never gets the clean-shutdown marker, so the next start recover
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
+from broker.log.cleaner import LogCleaner
+from broker.log.cleaner_config import CleanerConfig
 from broker.log.log import Log, LogConfig, ScheduleOnce, parse_topic_partition
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from client.types import TopicPartition
@@ -49,9 +58,13 @@ class LogManager:
         time_ms: Callable[[], int],
         failure_channel: LogDirFailureChannel | None = None,
         schedule_once: ScheduleOnce | None = None,
+        cleaner_config: CleanerConfig | None = None,
+        cleaner_executor: Executor | None = None,
     ) -> None:
         """``schedule_once`` runs each roll's "flush-log" job (Kafka's scheduler); by default a
-        flusher thread of this manager's own, so the fsyncs stay off the append path."""
+        flusher thread of this manager's own, so the fsyncs stay off the append path. The log
+        cleaner runs with ``cleaner_config`` (default: ``default_config.cleaner``) and does its
+        work through ``cleaner_executor`` (None: the event loop's default executor)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -68,6 +81,17 @@ class LogManager:
         self._flusher_lock = threading.Lock()
         self._closing = False
         self.failure_channel = failure_channel or LogDirFailureChannel()
+        self.cleaner = LogCleaner(
+            cleaner_config or default_config.cleaner,
+            self.all_logs,
+            time_ms,
+            self.failure_channel,
+            cleaner_executor,
+        )
+        try:  # built on the broker's loop: the cleaner starts there once the logs are loaded
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         for d in self.log_dirs:
             with self.failure_channel.io_errors(
                 d, f"Failed to create or validate log dir {d}", reraise=False
@@ -103,6 +127,8 @@ class LogManager:
                 if self.is_offline(log_dir):
                     for tp in list(self._logs_in(log_dir)):
                         self._logs.pop(tp).close()
+        if self._loop is not None:
+            self.start_cleaner(self._loop)
 
     def _load_dir(self, log_dir: Path, topic_configs: Mapping[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -142,6 +168,11 @@ class LogManager:
         if clean:
             marker.unlink()
             fsync_dir(log_dir)
+
+    def start_cleaner(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the log cleaner's task on ``loop`` (from any thread; nothing when disabled or
+        already started). :meth:`load_logs` does it on the loop the manager was built on."""
+        loop.call_soon_threadsafe(self.cleaner.startup, loop)
 
     def _adopt(self, lg: Log) -> None:
         """Give a log the manager's scheduler and truncation checkpoint (before anyone uses it)."""
@@ -244,6 +275,7 @@ class LogManager:
             if removed is None:
                 return
             removed.close()
+            self.cleaner.forget(removed)
             log_dir = removed.dir.parent
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
             with self.failure_channel.io_errors(
@@ -293,6 +325,7 @@ class LogManager:
         no recovery trusts a recovery point above data written after the truncation."""
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda other: other.recovery_point, [lg.log_dir])
         self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda other: other.log_start_offset, [lg.log_dir])
+        self.cleaner.after_truncation(lg)
 
     def checkpoint_high_watermarks(self) -> None:
         self._checkpoint(HIGH_WATERMARK_CHECKPOINT, lambda lg: lg.high_watermark)
@@ -351,7 +384,8 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush everything, write the three checkpoints, snapshot each log's producer state,
-        close the logs, then mark every log dir as cleanly shut down."""
+        close the logs, then mark every log dir as cleanly shut down. The log cleaner stops first."""
+        self.cleaner.shutdown()
         with self._flusher_lock:
             self._closing = True
             flusher, self._flusher = self._flusher, None

@@ -14,6 +14,10 @@ and stopping at the first one a check keeps:
 * the log start offset (moved by DeleteRecords or by the leader, Kafka's
   ``maybeIncrementLogStartOffset``): a segment wholly below it.
 
+A log whose ``cleanup.policy`` lacks ``delete`` (``compact`` alone: the log cleaner keeps the
+last record per key, docs/design.md "Log compaction") gets only the log start offset check, as
+in Kafka's ``deleteOldSegments``; ``compact,delete`` gets all three.
+
 The settings are described in docs/operations.md "Broker configuration" and "Topic-level
 overrides". A segment is deletable only when it lies wholly below the high watermark, and an empty
 active segment never is. Deleting moves the log start offset
@@ -43,12 +47,13 @@ def retention_checks(
     log_start_offset: Callable[[], int],
 ) -> Iterator[tuple[Predicate, str]]:
     """(predicate, reason) of each check the config enables, in Kafka's order: retention.ms,
-    retention.bytes, the log start offset. Lazy: the caller deletes what one check picks before
-    the next is built, so the size check measures what time retention left and the log start
-    check sees the log start offset the deletions moved."""
-    if config.retention_ms >= 0:
+    retention.bytes (both only with ``cleanup.policy`` ``delete``), the log start offset. Lazy:
+    the caller deletes what one check picks before the next is built, so the size check measures
+    what time retention left and the log start check sees the log start offset the deletions
+    moved."""
+    if config.delete and config.retention_ms >= 0:
         yield retention_ms_breached(time_ms(), config.retention_ms), "retention.ms"
-    if config.retention_bytes >= 0:
+    if config.delete and config.retention_bytes >= 0:
         yield retention_size_breached(size_in_bytes(), config.retention_bytes), "retention.bytes"
     yield log_start_offset_breached(log_start_offset()), "log start offset"
 

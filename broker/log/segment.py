@@ -78,21 +78,23 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         time_ms: Callable[[], int],
+        suffix: str = "",
     ) -> None:
-        """Open (creating when missing) the three files of the segment at ``base_offset``. The
-        in-memory state is not derived yet: call :meth:`load` (trusting the files) or :meth:`recover`."""
+        """Open (creating when missing) the three files of the segment at ``base_offset`` (each
+        name ending in ``suffix``: the cleaner's ``.cleaned``). The in-memory state is not derived
+        yet: call :meth:`load` (trusting the files) or :meth:`recover`."""
         self.dir = Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._time_ms = time_ms
         stem = segment_name(base_offset)
-        self.log_path = self.dir / (stem + LOG_SUFFIX)
+        self.log_path = self.dir / (stem + LOG_SUFFIX + suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:  # out of descriptors (EMFILE) half way: close what was opened, or it leaks for good
-            self.index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX), base_offset, max_index_bytes)
+            self.index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX + suffix), base_offset, max_index_bytes)
             try:
                 self.time_index = TimeIndex(
-                    self.dir / (stem + TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+                    self.dir / (stem + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
                 )
             except BaseException:
                 self.index.close()
@@ -147,6 +149,16 @@ class LogSegment:
     def largest_timestamp(self) -> int:
         """What retention by time compares: the max timestamp, or the last write time without one."""
         return self._max_timestamp if self._max_timestamp >= 0 else self._last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return self._last_modified_ms
+
+    @last_modified_ms.setter
+    def last_modified_ms(self, ms: int) -> None:
+        """Kafka's ``lastModified_=``: a cleaned segment keeps its sources' time (the file's too)."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
+        self._last_modified_ms = ms
 
     @property
     def rolling_base_ms(self) -> int | None:

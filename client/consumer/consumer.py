@@ -7,25 +7,31 @@ AIOKafkaConsumer): assign, seek, poll, offsets.
 (pipelining), so the broker's long poll overlaps the caller's processing. Positions live in the
 :class:`~client.consumer.subscription_state.SubscriptionState`; a partition without one is reset
 per ``auto_offset_reset`` by the :class:`~client.consumer.offsets.OffsetFetcher` on the next
-``poll`` or ``position``. Consumer groups (subscribe, commits) are not here: this consumer is
-assign-only. See docs/guarantees.md.
+``poll`` or ``position``. With a ``group_id`` it is also a group member (seed 004):
+``subscribe`` to topics or a pattern and the
+:class:`~client.consumer.group_coordinator.ConsumerCoordinator` gets the partitions from the
+group, ``commit`` / ``committed`` keep offsets at the coordinator, and auto commit runs by
+default (``enable_auto_commit``). See docs/guarantees.md and docs/design.md "Consumer groups".
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 from client.config import config_with_overrides
 from client.consumer.config import ConsumerConfig
 from client.consumer.fetcher import Fetcher
+from client.consumer.group_coordinator import ConsumerCoordinator
 from client.consumer.offsets import OffsetFetcher
+from client.consumer.rebalance_listener import ConsumerRebalanceListener
 from client.consumer.subscription_state import SubscriptionState
-from client.metadata import Cluster
+from client.metadata import ClientRuntime, Cluster
 from client.protocol.api import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from client.protocol.errors import KafkaError
-from client.types import ConsumerRecord, TopicPartition
+from client.types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +39,25 @@ log = logging.getLogger(__name__)
 class Consumer:
     """Use ``async with Consumer("h:9092", auto_offset_reset="earliest") as c: c.assign([...])``."""
 
-    def __init__(self, bootstrap_servers, config: ConsumerConfig | None = None, **overrides) -> None:
+    def __init__(
+        self,
+        bootstrap_servers,
+        config: ConsumerConfig | None = None,
+        runtime: ClientRuntime | None = None,
+        **overrides,
+    ) -> None:
+        """``runtime``: connections, clocks and randomness (default: the real ones)."""
         self.config = config_with_overrides(config or ConsumerConfig(), overrides, "consumer")
         c = self.config
-        self._cluster = Cluster.for_client(bootstrap_servers, c)
+        self._cluster = Cluster.for_client(bootstrap_servers, c, runtime)
         self._subscriptions = SubscriptionState(self._notify)
         self._fetcher = Fetcher(c, self._cluster, self._subscriptions, self._notify)
         self._offsets = OffsetFetcher(c, self._cluster, self._subscriptions, self._require_started)
+        self._coordinator = (
+            ConsumerCoordinator(c, self._cluster, self._subscriptions, self._require_started)
+            if c.group_id is not None
+            else None
+        )
         self._signal: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -67,6 +85,8 @@ class Consumer:
     async def close(self) -> None:
         if self._closed:
             return
+        if self._coordinator is not None and self._started:
+            await self._coordinator.close()
         self._closed = True
         tasks = self._fetcher.tasks()
         for task in tasks:
@@ -75,10 +95,87 @@ class Consumer:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self._cluster.close()
 
+    def abandon(self) -> None:
+        """Stop at once as a killed process would: no commit, no LeaveGroup, every connection
+        dropped, so the coordinator expels this member after ``session_timeout_ms``. For fault
+        injection (the simulator's and chaos runs' consumer crashes); the consumer is closed."""
+        self._closed = True
+        if self._coordinator is not None:
+            self._coordinator.abandon()
+        for task in self._fetcher.tasks():
+            task.cancel()
+        self._cluster.abandon()
+
     # -- assignment and positions ---------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment; positions of partitions that stay assigned are kept."""
+        if self._coordinator is not None and self._coordinator.subscribed:
+            raise RuntimeError("assign() cannot be mixed with subscribe(): call unsubscribe() first")
         self._subscriptions.assign(partitions)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group (``group_id``) for these topics, or every topic matching ``pattern``;
+        the group's leader decides which partitions this member reads (seed 004)."""
+        if self._coordinator is None:
+            raise RuntimeError("subscribe() needs a group_id: pass group_id=... to the consumer")
+        names = {topics} if isinstance(topics, str) else set(topics)
+        if bool(names) == (pattern is not None):
+            raise ValueError("subscribe() takes topics or a pattern, not both nor neither")
+        self._subscriptions.assign([])
+        self._coordinator.subscribe(names, re.compile(pattern) if pattern is not None else None, listener)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group, generation and member id (Kafka's KafkaConsumer.groupMetadata)."""
+        group = self._require_group()
+        return ConsumerGroupMetadata(
+            group.group_id, group.generation, group.member_id, self.config.group_instance_id
+        )
+
+    def subscription(self) -> set[str]:
+        return set(self._coordinator.subscribed_topics()) if self._coordinator else set()
+
+    async def unsubscribe(self) -> None:
+        """Leave the group and give up every partition."""
+        if self._coordinator is not None:
+            self._coordinator.subscribe(set(), None, None)
+            self._coordinator.need_rejoin = False
+            await self._coordinator.leave_group()
+        self._subscriptions.assign([])
+
+    # -- committed offsets ------------------------------------------------------------------------
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit the positions of every assigned partition (or the given offsets) for the group,
+        and wait until the coordinator has written them (acks=all)."""
+        self._require_started()
+        coordinator = self._require_group()
+        given = None
+        if offsets is not None:
+            given = {
+                _tp(tp): om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om)
+                for tp, om in offsets.items()
+            }
+        await coordinator.commit(given)
+
+    def commit_async(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
+    ) -> asyncio.Task:
+        """``commit`` in the background; the task's result (or exception) says how it went."""
+        return asyncio.get_running_loop().create_task(self.commit(offsets))
+
+    async def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        """The group's committed offset of ``tp`` (None when there is none)."""
+        self._require_started()
+        return (await self._require_group().fetch_committed([_tp(tp)]))[_tp(tp)]
+
+    def _require_group(self) -> ConsumerCoordinator:
+        if self._coordinator is None:
+            raise RuntimeError("this consumer has no group_id: committed offsets belong to a group")
+        return self._coordinator
 
     def assignment(self) -> set[TopicPartition]:
         return self._subscriptions.assigned()
@@ -147,6 +244,9 @@ class Consumer:
         max_records = max_records or self.config.max_poll_records
         deadline = loop.time() + max(0, timeout_ms) / 1000
         while True:
+            group = self._coordinator
+            if group is not None and group.subscribed and not await group.poll(deadline - loop.time()):
+                return []
             self._fetcher.raise_partition_errors()
             retry_reset_at = None
             missing = [tp for tp, state in self._subscriptions.assignment.items() if state.position is None]

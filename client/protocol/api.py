@@ -22,6 +22,7 @@ from typing import Any
 
 from client.protocol.admin_schemas import ADMIN_REQUESTS, ADMIN_RESPONSES
 from client.protocol.api_keys import ApiKey
+from client.protocol.group_schemas import GROUP_REQUESTS, GROUP_RESPONSES
 from client.protocol.schema import (
     INT64_MAX,
     INT64_MIN,
@@ -207,6 +208,7 @@ REQUESTS: dict[ApiKey, Any] = {
         "producer_epoch": Opt("int", -1),
     },
     **ADMIN_REQUESTS,
+    **GROUP_REQUESTS,
 }
 
 RESPONSES: dict[ApiKey, Any] = {
@@ -281,6 +283,7 @@ RESPONSES: dict[ApiKey, Any] = {
         "producer_epoch": "int",
     },
     **ADMIN_RESPONSES,
+    **GROUP_RESPONSES,
 }
 
 #: What ApiVersions advertises: every API with a request schema, at version 0.

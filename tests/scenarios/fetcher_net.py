@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.apis import fetch_response, per_partition
+from broker.api_responses import fetch_response, per_partition
 from broker.config import BrokerConfig
 from broker.log import Log, LogManager
 from broker.metadata_cache import MetadataCache

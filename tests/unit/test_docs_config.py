@@ -100,7 +100,7 @@ MEANINGS: dict[str, str] = {
     "log.index.interval.bytes": "Bytes of log between two entries of the sparse offset and time indexes. Topic-level: `index.interval.bytes`.",
     "log.index.size.max.bytes": "Largest size of a segment's offset or time index; a full index rolls the segment. Topic-level: `segment.index.bytes`.",
     "message.max.bytes": "Largest record batch the broker accepts (MESSAGE_TOO_LARGE above it). Topic-level: `max.message.bytes`.",
-    "log.cleanup.policy": "What happens to old segments: `delete` (retention). Compaction is not implemented. Topic-level: `cleanup.policy`.",
+    "log.cleanup.policy": 'What happens to old segments: `delete` (retention by time and size), `compact` (the log cleaner keeps the last record of each key, docs/design.md "Log compaction"), or both (`compact,delete`, either order). A `compact`-only log gets no time or size retention. Topic-level: `cleanup.policy`.',
     "metrics.port": "Port of the Prometheus `/metrics` endpoint (see Metrics below); -1 disables it, 0 picks a free port.",
     "state.change.log.file": "Path of this broker's state-change.log; empty means `state-change.log` next to the first log dir (`<log dir>/../state-change.log`).",
 }
@@ -117,7 +117,11 @@ TOPIC_MEANINGS: dict[str, str] = {
     "max.message.bytes": "Largest record batch accepted.",
     "min.insync.replicas": "Smallest ISR for acks=all writes.",
     "unclean.leader.election.enable": "Allow an out-of-ISR leader for this topic.",
-    "cleanup.policy": "`delete` only.",
+    "cleanup.policy": "`delete`, `compact` or `compact,delete`.",
+    "delete.retention.ms": "How long a tombstone stays in the cleaned part of a compacted log.",
+    "min.cleanable.dirty.ratio": "Dirty share above which a compacted log is cleaned.",
+    "min.compaction.lag.ms": "Least time a record stays uncompacted.",
+    "max.compaction.lag.ms": "Most time a record stays uncompacted (KIP-354).",
 }
 
 
@@ -133,6 +137,8 @@ def fmt_default(prop: Prop) -> str:
         text = ",".join(str(v) for v in value)
     else:
         text = str(value)
+    if value == sys.float_info.max:
+        return f"`{text}` (Double.MAX_VALUE)"
     if value == LONG_MAX and not isinstance(value, bool):
         return f"`{text}` (Long.MAX_VALUE)"
     if value == INT_MAX and not isinstance(value, bool):
@@ -143,7 +149,7 @@ def fmt_default(prop: Prop) -> str:
 def fmt_valid(prop: Prop) -> str:
     if prop.choices:
         return " \\| ".join(f"`{c}`" for c in prop.choices)
-    if prop.kind == "int" and (prop.low is not None or prop.high is not None):
+    if prop.kind in ("int", "double") and (prop.low is not None or prop.high is not None):
         low = "" if prop.low is None else f"{prop.low} ≤ "
         high = "" if prop.high is None else f" ≤ {prop.high}"
         return f"{low}x{high}"

@@ -143,7 +143,7 @@ def test_configuration_keys_and_synonyms_are_optional() -> None:
     entries = topic_config_entries(broker_config(), {}, keys={"retention.ms", "no.such"})
     assert [(e["name"], e["value"], e["synonyms"]) for e in entries] == [("retention.ms", "604800000", [])]
     every = topic_config_entries(broker_config(), {})
-    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 15
+    assert [e["name"] for e in every] == sorted(e["name"] for e in every) and len(every) == 19
     throttled = by_name(every)["leader.replication.throttled.replicas"]
     assert (throttled["value"], throttled["config_source"]) == ("", DEFAULT)  # a topic-only config
 

@@ -1,0 +1,494 @@
+"""The consumer's side of a consumer group (Kafka's ConsumerCoordinator and AbstractCoordinator,
+aiokafka's consumer/group_coordinator.py; seed 004; docs/design.md "Consumer groups").
+
+Finds the group's coordinator (FindCoordinator), joins (JoinGroup, answering KIP-394's
+MEMBER_ID_REQUIRED by joining again with the id given), and, when it is the group leader, runs
+the chosen assignor (:mod:`client.consumer.assignors`) over every member's subscription and
+sends the result in its SyncGroup; every member applies the assignment its SyncGroup returns.
+A background task heartbeats every ``heartbeat_interval_ms``; an answer saying a rebalance began
+(REBALANCE_IN_PROGRESS) or that this member was fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
+makes the next ``poll`` rejoin. The eager protocol: before rejoining, the member commits (with
+auto commit) and gives up all its partitions; a fenced member drops its assignment at once,
+so it delivers nothing from a partition the group may already have given to another member.
+
+Offsets: ``commit`` writes the positions (or the given offsets) with OffsetCommit under the
+current generation, ``committed`` reads them back with OffsetFetch, newly assigned partitions
+start from their committed offsets (else ``auto_offset_reset``), auto commit runs every
+``auto_commit_interval_ms``, and ``close`` commits and leaves the group (LeaveGroup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping
+
+from client.consumer.assignors import assignor_for
+from client.consumer.config import ConsumerConfig
+from client.consumer.heartbeat import auto_commit_loop, heartbeat_loop
+from client.consumer.rebalance_listener import ConsumerRebalanceListener
+from client.consumer.subscription_state import SubscriptionState
+from client.metadata import Cluster
+from client.protocol.api import ApiKey
+from client.protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Assignment,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from client.protocol.errors import ErrorCode, KafkaError
+from client.types import OffsetAndMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+#: errors after which the coordinator must be looked up again
+COORDINATOR_ERRORS = frozenset(
+    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION}
+)
+#: errors that mean this member's generation is over: rejoin from scratch
+FENCED_ERRORS = frozenset(
+    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
+)
+
+
+class ConsumerCoordinator:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        cluster: Cluster,
+        subscriptions: SubscriptionState,
+        check: Callable[[], None],
+    ) -> None:
+        assert config.group_id is not None
+        self.config = config
+        self.group_id: str = config.group_id
+        self._cluster = cluster
+        self._subscriptions = subscriptions
+        self._check = check
+        self.assignors = [assignor_for(name) for name in config.partition_assignment_strategy]
+        self.coordinator_id: int | None = None
+        self.member_id = UNKNOWN_MEMBER_ID
+        self.generation = NO_GENERATION
+        self.protocol: str | None = None
+        self.leader_id: str | None = None
+        self.need_rejoin = True
+        self.topics: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+        self.listener: ConsumerRebalanceListener | None = None
+        self._heartbeat_task: asyncio.Task | None = None
+        self._auto_commit_task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self.last_poll = 0.0
+        self.rebalances = 0
+        self._joined_topics: set[str] = set()
+        #: the leader's view of the group's topics when it assigned (Kafka's assignmentSnapshot):
+        #: topic -> partition count; a change (partitions added) makes it rejoin and reassign
+        self._assignment_snapshot: dict[str, int] | None = None
+        self._join_task: asyncio.Task | None = None
+        self._refresh_task: asyncio.Task | None = None
+
+    # -- subscription ----------------------------------------------------------------------------
+
+    def subscribe(
+        self, topics: set[str], pattern: re.Pattern[str] | None, listener: ConsumerRebalanceListener | None
+    ) -> None:
+        self.topics, self.pattern, self.listener = set(topics), pattern, listener
+        self.need_rejoin = True
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self.topics) or self.pattern is not None
+
+    def subscribed_topics(self) -> set[str]:
+        if self.pattern is None:
+            return self.topics
+        return {
+            t
+            for t in self._cluster.topics
+            if self.pattern.fullmatch(t) and not (self.config.exclude_internal_topics and t.startswith("__"))
+        }
+
+    # -- requests to the coordinator -------------------------------------------------------------
+
+    async def _send(self, api_key: ApiKey, body: dict, timeout_ms: int | None = None) -> dict:
+        """A request to the coordinator; a lost connection or a NOT_COORDINATOR answer sends the
+        next request through a fresh FindCoordinator."""
+        node = await self.ensure_coordinator_ready()
+        timeout = (timeout_ms or self.config.request_timeout_ms) / 1000
+        try:
+            conn = await self._cluster.connection(node)
+            response = await conn.request(api_key, body, timeout=timeout)
+        except KafkaError as exc:
+            self.mark_coordinator_unknown(f"{api_key.name} failed: {exc}")
+            raise
+        code = response.get("error_code", 0)
+        if code in COORDINATOR_ERRORS:
+            self.mark_coordinator_unknown(f"{api_key.name} answered {ErrorCode(code).name}")
+        return response
+
+    def mark_coordinator_unknown(self, why: str) -> None:
+        if self.coordinator_id is not None:
+            log.info("group %s: coordinator %s is unknown (%s)", self.group_id, self.coordinator_id, why)
+        self.coordinator_id = None
+
+    async def ensure_coordinator_ready(self) -> int:
+        backoff = self.config.retry_backoff_ms / 1000
+        while self.coordinator_id is None:
+            self._check()
+            try:
+                conn = await self._cluster.any_connection()
+                answer = await conn.request(
+                    ApiKey.FIND_COORDINATOR, {"key": self.group_id, "key_type": 0},
+                    timeout=self.config.request_timeout_ms / 1000,
+                )  # fmt: skip
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await asyncio.sleep(backoff)
+                continue
+            code = answer["error_code"]
+            if code == ErrorCode.NONE:
+                if self._cluster.broker(answer["node_id"]) is None:
+                    await self._cluster.refresh()
+                self.coordinator_id = answer["node_id"]
+                log.info("group %s: coordinator is broker %d", self.group_id, self.coordinator_id)
+            elif code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                await asyncio.sleep(backoff)
+            else:
+                raise KafkaError(
+                    code, f"finding the coordinator of group {self.group_id}: {answer['error_message']}"
+                )
+        return self.coordinator_id
+
+    # -- joining ---------------------------------------------------------------------------------
+
+    async def poll(self, timeout: float) -> bool:
+        """Kafka's ConsumerCoordinator.poll: start (or keep waiting for) a rejoin when one is
+        needed, for at most ``timeout`` seconds. The join runs as its own task, so a poll that
+        runs out of time leaves it going instead of cutting it off halfway (between SyncGroup and
+        the committed offsets, say). True when the member holds a current assignment."""
+        self.last_poll = asyncio.get_running_loop().time()
+        if self.pattern is not None and self.subscribed_topics() != self._joined_topics:
+            self.need_rejoin = True
+        self._maybe_refresh_group_metadata()
+        if self._metadata_changed():
+            log.info("group %s: the partitions of the group's topics changed: reassigning", self.group_id)
+            self.need_rejoin = True
+        if not self.need_rejoin:
+            return True
+        if self._join_task is None or self._join_task.done():
+            self._join_task = asyncio.get_running_loop().create_task(
+                self.ensure_active_group(), name=f"join-{self.group_id}"
+            )
+        try:
+            await asyncio.wait_for(asyncio.shield(self._join_task), max(timeout, 0))
+        except TimeoutError:
+            return False
+        return not self.need_rejoin
+
+    def _maybe_refresh_group_metadata(self) -> None:
+        """The leader watches the partition counts of every topic it assigned, also those it
+        reads none of (the fetcher refreshes only the topics it fetches)."""
+        snapshot = self._assignment_snapshot
+        if snapshot is None or not self._cluster.needs_refresh():
+            return
+        if self._refresh_task is None or self._refresh_task.done():
+            topics = sorted(set(snapshot) | self._subscriptions.topics())
+            self._refresh_task = asyncio.get_running_loop().create_task(
+                self._refresh_quietly(topics), name=f"group-metadata-{self.group_id}"
+            )
+
+    async def _refresh_quietly(self, topics: list[str]) -> None:
+        try:
+            await self._cluster.maybe_refresh(topics)
+        except KafkaError as exc:
+            log.debug("group %s: metadata refresh failed: %s", self.group_id, exc)
+
+    def _metadata_changed(self) -> bool:
+        snapshot = self._assignment_snapshot
+        if snapshot is None or self.leader_id != self.member_id or self.need_rejoin:
+            return False
+        return any(len(self._cluster.partitions_for(t) or []) != n for t, n in snapshot.items())
+
+    async def ensure_active_group(self) -> None:
+        """Rejoin until a generation is joined and its assignment applied."""
+        async with self._lock:
+            while self.need_rejoin:
+                self._check()
+                await self._on_join_prepare()
+                try:
+                    await self._join_and_sync()
+                except KafkaError as exc:
+                    if not (
+                        exc.retriable
+                        or exc.code in FENCED_ERRORS
+                        or exc.code == ErrorCode.REBALANCE_IN_PROGRESS
+                    ):
+                        raise
+                    log.info("group %s: joining failed (%s); trying again", self.group_id, exc)
+                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            self._start_background_tasks()
+
+    async def _on_join_prepare(self) -> None:
+        """The eager protocol: commit what was consumed, then give every partition up."""
+        revoked = self._subscriptions.assigned()
+        if not revoked:
+            return
+        if self.config.enable_auto_commit and self.generation != NO_GENERATION:
+            try:
+                await self.commit(self._positions())
+            except KafkaError as exc:
+                log.warning("group %s: commit before rebalance failed: %s", self.group_id, exc)
+        self._subscriptions.assign([])
+        if self.listener is not None:
+            await self.listener.on_partitions_revoked(revoked)
+
+    async def _join_and_sync(self) -> None:
+        if self.pattern is not None or self._cluster.stale:
+            await self._cluster.refresh(sorted(self.topics) if self.pattern is None else None)
+        topics = self.subscribed_topics()
+        metadata = encode_subscription(Subscription(tuple(sorted(topics))))
+        answer = await self._join(metadata)
+        self._joined_topics = topics
+        self._assignment_snapshot = None
+        if answer["leader"] == self.member_id:
+            assignments = await self._perform_assignment(answer["protocol_name"], answer["members"])
+        else:
+            assignments = []
+        sync = await self._send(
+            ApiKey.SYNC_GROUP,
+            {
+                "group_id": self.group_id,
+                "generation_id": self.generation,
+                "member_id": self.member_id,
+                "group_instance_id": self.config.group_instance_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocol_name": self.protocol,
+                "assignments": assignments,
+            },
+        )
+        self._raise_for(sync["error_code"], "SyncGroup")
+        assignment = decode_assignment(sync["assignment"]) if sync["assignment"] else Assignment(())
+        await self._on_join_complete(assignment)
+
+    async def _join(self, metadata: bytes) -> dict:
+        while True:
+            body = {
+                "group_id": self.group_id,
+                "session_timeout_ms": self.config.session_timeout_ms,
+                "rebalance_timeout_ms": self.config.max_poll_interval_ms,
+                "member_id": self.member_id,
+                "group_instance_id": self.config.group_instance_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocols": [{"name": a.name, "metadata": metadata} for a in self.assignors],
+            }
+            log.debug(
+                "group %s: %s sends JoinGroup as %r", self.group_id, self.config.client_id, self.member_id
+            )
+            answer = await self._send(
+                ApiKey.JOIN_GROUP, body, self.config.max_poll_interval_ms + self.config.request_timeout_ms
+            )
+            code = answer["error_code"]
+            log.debug(
+                "group %s: %s JoinGroup answer %s", self.group_id, self.config.client_id, ErrorCode(code).name
+            )
+            if code == ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = answer["member_id"]  # KIP-394: join again with this id
+                continue
+            self._raise_for(code, "JoinGroup")
+            self.member_id, self.generation = answer["member_id"], answer["generation_id"]
+            self.protocol, self.leader_id = answer["protocol_name"], answer["leader"]
+            return answer
+
+    def _raise_for(self, code: int, what: str) -> None:
+        if code == ErrorCode.NONE:
+            return
+        if code in FENCED_ERRORS:
+            self.reset_generation()
+        raise KafkaError(code, f"{what} of group {self.group_id} (member {self.member_id or '-'}) failed")
+
+    def reset_generation(self) -> None:
+        self.member_id, self.generation, self.protocol = UNKNOWN_MEMBER_ID, NO_GENERATION, None
+        self._assignment_snapshot = None
+        self.need_rejoin = True
+
+    async def _perform_assignment(self, protocol: str, members: list[dict]) -> list[dict]:
+        """The group leader's job (seed 004): every member's subscription in, one assignment each out."""
+        assignor = next(a for a in self.assignors if a.name == protocol)
+        subscriptions = {m["member_id"]: decode_subscription(m["metadata"]) for m in members}
+        wanted = sorted({t for s in subscriptions.values() for t in s.topics})
+        await self._cluster.refresh(wanted)
+        partitions = {t: len(self._cluster.partitions_for(t) or []) for t in wanted}
+        self._assignment_snapshot = partitions
+        result = assignor.assign({t: n for t, n in partitions.items() if n}, subscriptions)
+        log.info(
+            "group %s generation %d: leader %s assigned %s with %s",
+            self.group_id, self.generation, self.member_id,
+            {m: [str(TopicPartition(*tp)) for tp in a.partitions] for m, a in result.items()}, protocol,
+        )  # fmt: skip
+        return [{"member_id": m, "assignment": encode_assignment(a)} for m, a in result.items()]
+
+    async def _on_join_complete(self, assignment: Assignment) -> None:
+        """Positions from the committed offsets first, then the assignment, so no fetch starts
+        from ``auto_offset_reset`` for a partition the group has an offset for."""
+        partitions = [TopicPartition(*tp) for tp in assignment.partitions]
+        committed = await self.fetch_committed(partitions)
+        self._subscriptions.assign(partitions)
+        for tp, offset in committed.items():
+            state = self._subscriptions.assignment.get(tp)
+            if offset is not None and state is not None and state.position is None:
+                self._subscriptions.set_position(state, offset.offset)
+        self.need_rejoin = False
+        self.rebalances += 1
+        log.info(
+            "group %s generation %d: member %s assigned %s",
+            self.group_id, self.generation, self.member_id, ", ".join(map(str, sorted(partitions))) or "nothing",
+        )  # fmt: skip
+        if self.listener is not None:
+            await self.listener.on_partitions_assigned(set(partitions))
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(state.position)
+            for tp, state in self._subscriptions.assignment.items()
+            if state.position is not None
+        }
+
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        """OffsetCommit under the current generation (synchronous commit: waits for the answer)."""
+        offsets = self._positions() if offsets is None else offsets
+        if not offsets:
+            return
+        topics: dict[str, list[dict]] = {}
+        for tp, om in offsets.items():
+            topics.setdefault(tp[0], []).append(
+                {"partition": tp[1], "committed_offset": om.offset, "committed_leader_epoch": om.leader_epoch,
+                 "committed_metadata": om.metadata}
+            )  # fmt: skip
+        generation, member = (
+            (self.generation, self.member_id) if self.generation != NO_GENERATION else (-1, "")
+        )
+        response = await self._send(
+            ApiKey.OFFSET_COMMIT,
+            {
+                "group_id": self.group_id,
+                "generation_id": generation,
+                "member_id": member,
+                "group_instance_id": self.config.group_instance_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            },
+        )
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                if p["error_code"] != ErrorCode.NONE:
+                    code = p["error_code"]
+                    if code in FENCED_ERRORS or code == ErrorCode.REBALANCE_IN_PROGRESS:
+                        self.need_rejoin = True
+                    if code in COORDINATOR_ERRORS:
+                        self.mark_coordinator_unknown("OffsetCommit")
+                    raise KafkaError(
+                        code, f"committing {t['topic']}-{p['partition']} for group {self.group_id}"
+                    )
+
+    async def fetch_committed(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        if not tps:
+            return {}
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        while True:
+            response = await self._send(
+                ApiKey.OFFSET_FETCH,
+                {
+                    "group_id": self.group_id,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                },
+            )
+            code = response["error_code"]
+            if code == ErrorCode.NONE:
+                break
+            if code not in COORDINATOR_ERRORS and code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                raise KafkaError(code, f"fetching the committed offsets of group {self.group_id}")
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(tps)
+        for t in response["topics"]:
+            for p in t["partitions"]:
+                if p["committed_offset"] >= 0:
+                    out[TopicPartition(t["topic"], p["partition"])] = OffsetAndMetadata(
+                        p["committed_offset"], p["metadata"] or "", p["committed_leader_epoch"]
+                    )
+        return out
+
+    # -- background: heartbeats and auto commit --------------------------------------------------
+
+    def _start_background_tasks(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = loop.create_task(heartbeat_loop(self), name=f"heartbeat-{self.group_id}")
+        if self.config.enable_auto_commit and (
+            self._auto_commit_task is None or self._auto_commit_task.done()
+        ):
+            self._auto_commit_task = loop.create_task(
+                auto_commit_loop(self), name=f"auto-commit-{self.group_id}"
+            )
+
+    def _on_heartbeat(self, code: int) -> None:
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.need_rejoin = True
+        elif code in FENCED_ERRORS:
+            log.info("group %s: member %s was fenced (%s): its partitions are gone",
+                     self.group_id, self.member_id, ErrorCode(code).name)  # fmt: skip
+            self.reset_generation()
+            self._subscriptions.assign([])  # deliver nothing more from them
+
+    async def leave_group(self) -> None:
+        if self.generation == NO_GENERATION and self.member_id == UNKNOWN_MEMBER_ID:
+            return
+        member = self.member_id
+        self.reset_generation()
+        self._subscriptions.assign([])
+        try:
+            await self._send(ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "member_id": member})
+        except KafkaError as exc:
+            log.info("group %s: LeaveGroup failed: %s", self.group_id, exc)
+
+    def abandon(self) -> None:
+        for task in (self._heartbeat_task, self._auto_commit_task, self._join_task, self._refresh_task):
+            if task is not None:
+                task.cancel()
+
+    async def close(self) -> None:
+        """Commit (with auto commit), leave the group, stop the background tasks; bounded by
+        ``request_timeout_ms`` when the coordinator cannot be reached."""
+        try:
+            await asyncio.wait_for(self._close(), self.config.request_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning(
+                "group %s: closing timed out; the coordinator expels this member later", self.group_id
+            )
+
+    async def _close(self) -> None:
+        tasks = [
+            t
+            for t in (self._heartbeat_task, self._auto_commit_task, self._join_task, self._refresh_task)
+            if t is not None
+        ]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.generation != NO_GENERATION and not self.need_rejoin and self.config.enable_auto_commit:
+            try:
+                await self.commit()
+            except KafkaError as exc:
+                log.warning("group %s: commit on close failed: %s", self.group_id, exc)
+        await self.leave_group()
