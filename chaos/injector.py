@@ -28,6 +28,13 @@ not counted as a failure. ``heal_all`` heals the brokers first (a move waits for
 that is down), then waits (bounded) until no reassignment is in progress; a move that never
 completed is a failed heal naming its partition.
 
+``consumer`` acts on the workload's consumer group, not on a broker: through the
+:class:`ConsumerFaults` hook (chaos/consumers.py's group) it crashes a member (no commit, no
+LeaveGroup: the coordinator must expel it by session timeout) and, after the fault's length,
+starts a fresh member in its place. Its events name ``"target": "consumer c<i>-<n>"`` with an
+``id`` pairing the fault with its heal, whose ``replacement`` names the new member; ``heal_all``
+restarts a member still down. Without a hook (a run without consumers) the fault is skipped.
+
 A heal that fails (a broker that exits before it registers, a disk that cannot be freed) does
 not end the run (issue 19 item 7): it is recorded on the timeline as a ``heal_failed`` event
 (the fault's span then stays open to the end of the run), kept in :attr:`FaultInjector.heal_failures`,
@@ -42,10 +49,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from chaos.faults import FaultBackend
 from chaos.reassign import POLL_S, Move, PartitionMover, move_state
-from chaos.schedule import DISK_FAULT_KINDS, REASSIGN_FAULT_KINDS, ZK_FAULT_KINDS, Fault
+from chaos.schedule import (
+    CONSUMER_FAULT_KINDS,
+    DISK_FAULT_KINDS,
+    REASSIGN_FAULT_KINDS,
+    ZK_FAULT_KINDS,
+    Fault,
+)
 from client.types import PartitionReassignment, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -53,6 +67,16 @@ log = logging.getLogger(__name__)
 Record = Callable[[str, dict], None]
 LeaderOf = Callable[[int], Awaitable[int]]
 ControllerId = Callable[[], Awaitable[int]]
+
+
+class ConsumerFaults(Protocol):
+    """The workload's consumers, as the ``consumer`` fault acts on them (chaos/consumers.py)."""
+
+    async def crash(self, pick: int) -> str | None:
+        """Kill the member ``pick`` draws; its name, or None when none is alive."""
+
+    async def restart(self, name: str) -> str:
+        """Start a fresh member in place of the crashed ``name``; the new one's name."""
 
 
 class FaultInjector:
@@ -66,6 +90,7 @@ class FaultInjector:
         follower_of: LeaderOf | None = None,
         mover: PartitionMover | None = None,
         moves_timeout_s: float = 120.0,
+        consumers: ConsumerFaults | None = None,
     ) -> None:
         self.backend = backend
         self.leader_of = leader_of
@@ -86,6 +111,9 @@ class FaultInjector:
         self.unfinished_moves: list[Move] = []  # not complete at the end: failed heals
         self.refused_moves: list[dict] = []  # the move's detail with "refused" and "error"
         self._move_attempts = 0
+        self.consumers = consumers
+        self.consumers_down: dict[str, str] = {}  # crashed member -> the fault's id
+        self._consumer_crashes = 0
 
     async def run(self, schedule: list[Fault], started: float) -> None:
         """Inject every fault at its time (seconds after ``started``, a ``time.monotonic()``)."""
@@ -104,6 +132,9 @@ class FaultInjector:
                 continue
             if fault.kind in REASSIGN_FAULT_KINDS:
                 await self._reassign(fault)
+                continue
+            if fault.kind in CONSUMER_FAULT_KINDS:
+                await self._crash_consumer(fault)
                 continue
             target = await self._target(fault)
             if target < 0:
@@ -173,6 +204,36 @@ class FaultInjector:
     async def _resume_zookeeper(self) -> None:
         await asyncio.to_thread(self.backend.resume_zookeeper)
         self.zookeeper_paused = False
+
+    async def _crash_consumer(self, fault: Fault) -> None:
+        """Kill a consumer of the group, wait the fault's length, start a fresh one."""
+        if self.consumers is None:
+            self.say(f"skipped ({fault.describe()}): this run has no consumers")
+            return
+        name = await self.consumers.crash(fault.pick)
+        if name is None:
+            self.say(f"skipped ({fault.describe()}): no live consumer")
+            return
+        self._consumer_crashes += 1
+        fault_id = self.consumers_down[name] = f"consumer-{self._consumer_crashes}"
+        detail = {"kind": fault.kind, "id": fault_id, "target": f"consumer {name}", "member": name}
+        self.record("fault", {**detail, "planned_at_s": fault.at_s, "duration_s": fault.duration_s})
+        self.say(f"fault: {fault.describe()} -> consumer {name}")
+        await asyncio.sleep(fault.duration_s)
+        await self._restart_consumer(name, fault.kind)
+
+    async def _restart_consumer(self, name: str, kind: str) -> None:
+        fault_id = self.consumers_down[name]
+        detail = {"kind": kind, "id": fault_id, "target": f"consumer {name}", "member": name}
+        try:
+            assert self.consumers is not None
+            replacement = await self.consumers.restart(name)
+        except Exception as exc:
+            self._heal_failed(detail, exc)
+            return
+        del self.consumers_down[name]
+        self.record("heal", {**detail, "replacement": replacement})
+        self.say(f"healed: consumer {name} replaced by {replacement} ({kind})")
 
     async def _reassign(self, fault: Fault) -> None:
         """Ask for the move; record it, or its refusal; watch it for the fault's length."""
@@ -323,7 +384,9 @@ class FaultInjector:
         after a complete heal."""
         brokers = sorted(self.paused | self.isolated | self.down | set(self.disks))
         moves = [f"partition {m.tp} (moving)" for m in self.moves + self.unfinished_moves]
-        return (["ZooKeeper"] if self.zookeeper_paused else []) + [f"broker {b}" for b in brokers] + moves
+        consumers = [f"consumer {name}" for name in sorted(self.consumers_down)]
+        zookeeper = ["ZooKeeper"] if self.zookeeper_paused else []
+        return zookeeper + [f"broker {b}" for b in brokers] + moves + consumers
 
     async def heal_all(self) -> None:
         """Undo every fault still in force (an interrupted run must still leave brokers up); a heal
@@ -339,6 +402,8 @@ class FaultInjector:
             self.say(f"healing broker {broker_id}")
             await self._heal("final", broker_id)
         await self._heal_moves()
+        for name in sorted(self.consumers_down):
+            await self._restart_consumer(name, "final")
 
 
 def _first_line(exc: BaseException) -> str:

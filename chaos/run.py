@@ -8,14 +8,18 @@ item 3).
    or use the docker-compose cluster.
 2. Create the topic (partitions, replication factor, min.insync.replicas) if it is missing.
 3. Run the workload (idempotent acks=all producers, every outcome in the ledger), a watcher
-   that records every leadership change, and the seeded fault schedule, for ``duration_s``.
+   that records every leadership change, and the seeded fault schedule, for ``duration_s``;
+   with ``consumers`` (``--consumers N``), a consumer group reading the topic meanwhile, whose
+   members the ``consumer`` fault crashes (chaos/consumers.py; its own ledger, R/consumed/).
 4. Heal everything (a ``reassign`` fault's move: wait until no reassignment is in progress,
    chaos/reassign.py), wait until every partition has a leader and a full ISR. A heal that fails
    does not end the run (issue 19 item 7): the injector records it (``heal_failed`` on the
-   timeline), the result carries it, and R/summary.md gets a section on it.
+   timeline), the result carries it, and R/summary.md gets a section on it. Then the consumer
+   group reads on to the end of every partition (bounded), commits and closes.
 5. Hand the ledger, the bootstrap and every replica's log dirs to the ``verifier`` the caller
    passed in (cli/ passes the Spark verification job; chaos never imports verify): through the
    cluster when it serves every partition, else offline from the log dirs (bootstrap None).
+   The consumer ledger lies in the same report dir, where the verification finds it.
 
 With ``stop_cluster`` (``--stop``) the local cluster is stopped on every way out of the run: a
 result, an exception, a cancellation (Ctrl-C), a failed heal.
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
 import os
 import time
@@ -36,11 +39,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chaos.consumers import ConsumerGroup, finish
 from chaos.disk_budget import DiskPlan, check_fits, plan_disk
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
 from chaos.reassign import PartitionMover
-from chaos.schedule import DISK_FAULT_KINDS, Fault, make_schedule
+from chaos.schedule import CONSUMER_FAULT_KINDS, DISK_FAULT_KINDS, Fault, make_schedule
+from chaos.serving import Served, wait_fully_replicated, wait_served
 from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings, WorkloadStats
 from client.admin import AdminClient
 from client.protocol.errors import ErrorCode, KafkaError
@@ -82,6 +87,7 @@ class ChaosSettings:
     stop_cluster: bool = False
     ledger_format: str = "parquet"  # ledger/format.py: Parquet chunks, or "jsonl" (the old form)
     delivery_timeout_ms: int = 60_000  # the workload's producers': how long a record may stay unresolved
+    consumers: int = 0  # members of the group reading the topic (chaos/consumers.py); 0: none
 
 
 @dataclass
@@ -97,12 +103,14 @@ class ChaosResult:
     verified_offline: bool = False  # from the log dirs: the cluster could not serve
     disk_plan: DiskPlan | None = None
     moves: dict[str, int] = field(default_factory=dict)  # reassign faults: completed, refused, unfinished
+    consumers: dict = field(default_factory=dict)  # chaos.consumers.GroupStats; {} without consumers
 
     def outcome(self) -> dict:
         return {
             "acknowledged": self.acknowledged,
             "failed": self.failed,
             "moves": self.moves,
+            "consumers": self.consumers,
             "heal_failures": self.heal_failures,
             "unhealed": self.unhealed,
             "verification_ok": self.verification_ok,
@@ -218,45 +226,6 @@ async def ensure_topic(bootstrap: str, settings: ChaosSettings, say: Say) -> Non
         )
 
 
-class Served(enum.Enum):
-    FULL = "every partition has a leader and a full ISR"
-    LEADERS = "every partition has a leader"
-    NONE = "some partition has no leader, or no broker answers"
-
-
-async def wait_served(
-    bootstrap: str, topic: str, timeout_s: float, say: Say, full_isr: bool = True
-) -> Served:
-    """Wait (bounded) until every partition has a leader and, with ``full_isr``, an ISR equal to
-    its replicas; what the cluster serves at the end."""
-    deadline = time.monotonic() + timeout_s
-    last, served = "no answer", Served.NONE
-    while True:
-        try:
-            async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
-                async with AdminClient(bootstrap, request_timeout_ms=5000) as admin:
-                    (d,) = await admin.describe_topics([topic])
-        except Exception as exc:  # noqa: BLE001 - any failure to answer is "not served"
-            last, served = str(exc) or type(exc).__name__, Served.NONE
-        else:
-            leaderless = [p for p in d.partitions if p.leader < 0]
-            lagging = [p for p in d.partitions if sorted(p.isr) != sorted(p.replicas)]
-            served = Served.NONE if leaderless else Served.LEADERS if lagging else Served.FULL
-            if served is Served.FULL or (served is Served.LEADERS and not full_isr):
-                return served
-            last = ", ".join(f"{p.partition}: leader {p.leader} isr {p.isr}" for p in leaderless or lagging)
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(1)
-    say(f"after {timeout_s:.0f}s: {served.value} ({last})")
-    return served
-
-
-async def wait_fully_replicated(bootstrap: str, topic: str, timeout_s: float, say: Say) -> bool:
-    """Every partition has a leader and an ISR equal to its replicas (bounded)."""
-    return await wait_served(bootstrap, topic, timeout_s, say) is Served.FULL
-
-
 async def run_chaos(settings: ChaosSettings, say: Say, verifier: Verifier | None = None) -> ChaosResult:
     """One run; with ``settings.verify`` and a ``verifier``, its verdict is the result's
     ``verification_ok`` (None when the run was not verified). With ``settings.stop_cluster`` the
@@ -297,6 +266,71 @@ async def _run(
     cluster: LocalCluster | None,
     plan: DiskPlan | None,
 ) -> ChaosResult:
+    bootstrap, backend, log_dirs = await _backend(settings, cluster, say)
+    await ensure_topic(bootstrap, settings, say)
+    await wait_fully_replicated(bootstrap, settings.topic, 60, say)
+    pause_s = _session_timeout_ms(settings) / 1000 * PAUSE_OVER_SESSION
+    schedule = make_schedule(
+        settings.seed, settings.duration_s, settings.faults, settings.partitions, pause_s
+    )
+    run_doc = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "bootstrap": bootstrap,
+        "log_dirs": log_dirs,
+        "disks": plan.as_dict() if plan is not None else None,
+        "schedule": [f.as_dict() for f in schedule],
+    }
+    _write_run_json(settings.report_dir, run_doc)
+    say(f"fault schedule (seed {settings.seed}):")
+    for fault in schedule:
+        say(f"  {fault.describe()}")
+
+    run_id = f"{settings.seed}-{int(time.time())}-{os.getpid()}"
+    group = None
+    if settings.consumers:
+        group = ConsumerGroup.open(
+            settings.report_dir, bootstrap, settings.topic, settings.consumers, run_id, say
+        )
+    try:
+        stats, injector = await _workload_under_faults(
+            settings, bootstrap, backend, schedule, say, run_id, group
+        )
+        unhealed = injector.unhealed()
+        served = await _after_heal(settings, bootstrap, injector, unhealed, say)
+        consumed = await finish(group, served is not Served.NONE)  # drain, commit, close: {} without
+    finally:
+        if group is not None:
+            await group.abort()  # an error or Ctrl-C: no member outlives the run (a no-op once closed)
+
+    ok, offline = None, False
+    if settings.verify and verifier is not None:
+        online = bootstrap if served is not Served.NONE else None
+        ok, offline = await _verify(verifier, settings, online, log_dirs, say)
+    result = ChaosResult(
+        stats.acknowledged,
+        stats.failed,
+        len(schedule),
+        ok,
+        settings.report_dir,
+        stats.errors,
+        heal_failures=list(injector.heal_failures),
+        unhealed=unhealed,
+        verified_offline=offline,
+        disk_plan=plan,
+        moves=_moves(injector),
+        consumers=consumed,
+    )
+    _write_run_json(settings.report_dir, {**run_doc, "outcome": result.outcome()})
+    if result.heal_failures or offline:
+        _append_summary(settings.report_dir / SUMMARY_FILE, result)
+    return result
+
+
+async def _backend(
+    settings: ChaosSettings, cluster: LocalCluster | None, say: Say
+) -> tuple[str, FaultBackend, list[str]]:
+    """(bootstrap, fault backend, every broker's log dirs) of the local cluster or the compose one;
+    a warning for each fault kind asked for that this backend will skip."""
     if cluster is not None:
         bootstrap = cluster.bootstrap_servers
         isolate = cluster.isolate if cluster.state.layout is not None else None
@@ -316,27 +350,15 @@ async def _run(
         say(
             "the brokers are not on faultable disks (`cluster up --disk-faults`): disk faults will be skipped"
         )
+    if set(CONSUMER_FAULT_KINDS) & set(settings.faults) and settings.consumers < 1:
+        raise ValueError("the consumer fault crashes the run's consumers: it needs consumers (--consumers N)")
+    return bootstrap, backend, log_dirs
 
-    await ensure_topic(bootstrap, settings, say)
-    await wait_fully_replicated(bootstrap, settings.topic, 60, say)
-    pause_s = _session_timeout_ms(settings) / 1000 * PAUSE_OVER_SESSION
-    schedule = make_schedule(
-        settings.seed, settings.duration_s, settings.faults, settings.partitions, pause_s
-    )
-    run_doc = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
-        "bootstrap": bootstrap,
-        "log_dirs": log_dirs,
-        "disks": plan.as_dict() if plan is not None else None,
-        "schedule": [f.as_dict() for f in schedule],
-    }
-    _write_run_json(settings.report_dir, run_doc)
-    say(f"fault schedule (seed {settings.seed}):")
-    for fault in schedule:
-        say(f"  {fault.describe()}")
 
-    stats, injector = await _workload_under_faults(settings, bootstrap, backend, schedule, say)
-    unhealed = injector.unhealed()
+async def _after_heal(
+    settings: ChaosSettings, bootstrap: str, injector: FaultInjector, unhealed: list[str], say: Say
+) -> Served:
+    """Report the moves and what is still faulted; wait until the cluster serves (bounded)."""
     if any(_moves(injector).values()):
         say("partition moves: " + ", ".join(f"{n} {what}" for what, n in _moves(injector).items()))
     if unhealed:
@@ -345,36 +367,21 @@ async def _run(
     patience = 2 * _session_timeout_ms(settings) / 1000 + 3 if unhealed else 120
     served = await wait_served(bootstrap, settings.topic, patience, say, full_isr=not unhealed)
     say(served.value if served is not Served.NONE else "the cluster cannot serve every partition")
-
-    ok, offline = None, False
-    if settings.verify and verifier is not None:
-        online = bootstrap if served is not Served.NONE else None
-        ok, offline = await _verify(verifier, settings, online, log_dirs, say)
-    result = ChaosResult(
-        stats.acknowledged,
-        stats.failed,
-        len(schedule),
-        ok,
-        settings.report_dir,
-        stats.errors,
-        heal_failures=list(injector.heal_failures),
-        unhealed=unhealed,
-        verified_offline=offline,
-        disk_plan=plan,
-        moves=_moves(injector),
-    )
-    _write_run_json(settings.report_dir, {**run_doc, "outcome": result.outcome()})
-    if result.heal_failures or offline:
-        _append_summary(settings.report_dir / SUMMARY_FILE, result)
-    return result
+    return served
 
 
 async def _workload_under_faults(
-    settings: ChaosSettings, bootstrap: str, backend: FaultBackend, schedule: list[Fault], say: Say
+    settings: ChaosSettings,
+    bootstrap: str,
+    backend: FaultBackend,
+    schedule: list[Fault],
+    say: Say,
+    run_id: str,
+    group: ConsumerGroup | None,
 ) -> tuple[WorkloadStats, FaultInjector]:
-    """The workload, the leadership watcher and the fault schedule for the run's duration, then
-    the heal of everything and the outcome of every record in flight."""
-    run_id = f"{settings.seed}-{int(time.time())}-{os.getpid()}"
+    """The workload, the leadership watcher, the consumer group (started here, ended by the
+    caller after its drain) and the fault schedule for the run's duration, then the heal of
+    everything and the outcome of every record in flight."""
     with LedgerWriter(settings.report_dir, format=settings.ledger_format) as ledger:
         workload = Workload(
             bootstrap,
@@ -398,7 +405,10 @@ async def _workload_under_faults(
             say,
             follower_of=watcher.follower_of,
             mover=PartitionMover(bootstrap, settings.topic),
+            consumers=group,
         )
+        if group is not None:
+            group.start()
         started = time.monotonic()
         tasks = [asyncio.create_task(workload.run()), asyncio.create_task(watcher.run())]
         ticker = asyncio.create_task(_progress(workload, injector, started, settings.duration_s, say))

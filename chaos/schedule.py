@@ -21,6 +21,8 @@ zk-pause   SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: C
                                                            SUSPENDED, but every session survives
 reassign   move a partition to random live brokers (same    kafka-reassign-partitions.sh during
            replication factor), wait for it to complete     load (KIP-455, onPartitionReassignment)
+consumer   crash a member of the run's consumer group (no   a consumer process killed: the
+           commit, no LeaveGroup), start a fresh one later  coordinator expels it by session timeout
 ========== =============================================== ==========================================
 
 The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
@@ -45,6 +47,13 @@ brokers live then, chaos/reassign.py) with a seeded ``pick`` drawn here, so the 
 same cluster states picks the same brokers. Its length is how long the schedule watches the move
 before going on (3-8 s); a move still running then is left to the final heal, which waits for
 every move to complete.
+
+``consumer`` is not in ``FAULT_KINDS`` either, nor in ``ALL_FAULT_KINDS`` (the faults of the
+cluster, which act through a fault backend): it acts on the workload's consumer group
+(``chaos run --consumers N``, chaos/consumers.py), so a run with consumers asks for it by name
+(:data:`FAULT_VOCABULARY` is every name ``--faults`` accepts). Like ``reassign`` it draws a
+seeded ``pick``, only for itself: the member it crashes is ``pick`` modulo the group's size. Its
+length (3-8 s) is how long the member stays dead before a fresh one joins in its place.
 """
 
 from __future__ import annotations
@@ -57,6 +66,10 @@ DISK_FAULT_KINDS = ("disk-full", "disk-error")
 ZK_FAULT_KINDS = ("zk-pause",)
 REASSIGN_FAULT_KINDS = ("reassign",)
 ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + REASSIGN_FAULT_KINDS
+CONSUMER_FAULT_KINDS = ("consumer",)  # the workload's consumers, not the cluster (module docstring)
+FAULT_VOCABULARY = ALL_FAULT_KINDS + CONSUMER_FAULT_KINDS
+#: The kinds that draw a seeded ``pick`` (no other kind draws one, so old seeds hold).
+PICKING_FAULT_KINDS = REASSIGN_FAULT_KINDS + CONSUMER_FAULT_KINDS
 ZK_PAUSE_OVER_PAUSE = 1 / 3  # zk-pause length / pause length: 0.5 x session when a pause is 1.5 x
 ROLES = ("leader", "follower")
 
@@ -71,7 +84,7 @@ class Fault:
     # "controller", "zk-pause"
     duration_s: float
     role: str = "leader"  # disk faults only: "leader" or "follower" (an in-sync one) of the partition
-    pick: int = 0  # "reassign" only: seeds the draw of its target replicas among the live brokers
+    pick: int = 0  # "reassign": seeds the draw of its target replicas; "consumer": whom it crashes
 
     def describe(self) -> str:
         whose = f"the {self.role} of partition {self.partition}"
@@ -87,22 +100,23 @@ class Fault:
             "disk-error": f"fail every write to the disk of {whose} (EIO)",
             "zk-pause": "SIGSTOP the ZooKeeper server",
             "reassign": f"move partition {self.partition} to random live brokers (reassignment)",
+            "consumer": "crash a consumer of the group (no commit, no LeaveGroup)",
         }[self.kind]
         return f"t+{self.at_s:.1f}s: {what} for {self.duration_s:.1f}s"
 
     def as_dict(self) -> dict:
         doc = asdict(self)
-        if self.kind not in REASSIGN_FAULT_KINDS:
+        if self.kind not in PICKING_FAULT_KINDS:
             del doc["pick"]  # run.json's schedules of the other kinds stay as they were
         return doc
 
 
 def parse_fault_kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in ALL_FAULT_KINDS]
+    unknown = [k for k in kinds if k not in FAULT_VOCABULARY]
     if unknown or not kinds:
         raise ValueError(
-            f"unknown fault kind(s) {unknown or [text]}: choose from {', '.join(ALL_FAULT_KINDS)}"
+            f"unknown fault kind(s) {unknown or [text]}: choose from {', '.join(FAULT_VOCABULARY)}"
         )
     return kinds
 
@@ -136,7 +150,7 @@ def make_schedule(
             break
         partition = rng.randrange(partitions)
         role = rng.choice(ROLES) if kind in DISK_FAULT_KINDS else "leader"  # no draw: old seeds hold
-        pick = rng.getrandbits(32) if kind in REASSIGN_FAULT_KINDS else 0  # no draw: old seeds hold
+        pick = rng.getrandbits(32) if kind in PICKING_FAULT_KINDS else 0  # no draw: old seeds hold
         faults.append(Fault(round(t, 3), kind, partition, round(length, 3), role, pick))
         t += length + rng.uniform(settle_s, 2 * settle_s)
     return faults

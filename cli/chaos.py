@@ -102,9 +102,10 @@ def chaos() -> None:
     default="kill,pause,controller,term",
     show_default=True,
     help="Comma-separated from kill, pause, controller, term, partition, disk-full, disk-error, "
-    "zk-pause, reassign (partition and the disk faults need root; the disk faults put the brokers on "
-    "faultable disks; zk-pause stops ZooKeeper for half a session timeout, local backend only; "
-    "reassign moves a partition to random live brokers, so it needs more brokers than replicas).",
+    "zk-pause, reassign, consumer (partition and the disk faults need root; the disk faults put the "
+    "brokers on faultable disks; zk-pause stops ZooKeeper for half a session timeout, local backend "
+    "only; reassign moves a partition to random live brokers, so it needs more brokers than replicas; "
+    "consumer crashes a member of the consumer group, so it needs --consumers).",
 )
 @click.option("--topic", default="chaos", show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=6, show_default=True)
@@ -133,6 +134,14 @@ def chaos() -> None:
 )
 @click.option(
     "--writers", type=click.IntRange(min=1), default=2, show_default=True, help="Idempotent producers."
+)
+@click.option(
+    "--consumers",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Members of a consumer group reading the topic during the faults (R/consumed/ records what "
+    "they consumed and committed; the verification checks it). 0: no consumers.",
 )
 @click.option(
     "--master", default="local[2]", show_default=True, help="Spark master URL for the verification."
@@ -168,6 +177,7 @@ def run_command(
     configs: tuple[str, ...],
     rate: float,
     writers: int,
+    consumers: int,
     master: str,
     no_verify: bool,
     stop_cluster: bool,
@@ -187,6 +197,11 @@ def run_command(
             "zk-pause signals the local runner's ZooKeeper process: use --backend local",
             param_hint="--faults",
         )
+    if "consumer" in kinds and consumers < 1:
+        raise click.BadParameter(
+            "the consumer fault crashes a member of the run's consumer group: add --consumers N (N >= 1)",
+            param_hint="--faults",
+        )
     settings = ChaosSettings(
         data_dir=data_dir,
         report_dir=report_dir,
@@ -201,6 +216,7 @@ def run_command(
         bootstrap=bootstrap_server,
         overrides=parse_pairs(configs, "--config"),
         writers=writers,
+        consumers=consumers,
         records_per_second=rate,
         verify=not no_verify,
         master=master,
@@ -224,6 +240,15 @@ def conclusion(result: ChaosResult) -> tuple[list[str], int]:
     ]
     if result.disk_plan is not None:
         lines.append(f"faultable disks: {result.disk_plan.describe()}")
+    if result.consumers:
+        c = result.consumers
+        drained = {True: "read to the end", False: "NOT read to the end", None: "not drained"}[
+            c.get("drained")
+        ]
+        lines.append(
+            f"consumer group: {c.get('consumed', 0):,} consumed, {c.get('commits', 0):,} commits, "
+            f"{c.get('crashes', 0)} crashed; {drained}"
+        )
     for failure in result.heal_failures:
         whom = f"broker {failure['broker']}" if "broker" in failure else failure.get("target", "?")
         lines.append(f"heal FAILED: {whom} ({failure['kind']}): {failure['error']}")
@@ -233,7 +258,8 @@ def conclusion(result: ChaosResult) -> tuple[list[str], int]:
     if result.verification_ok is None:
         lines.append(f"verification skipped: run `floodmark verify --report-dir {result.report_dir}`")
     elif result.verification_ok:
-        lines.append(f"verification{how}: OK (nothing lost, duplicated or divergent)")
+        also = "; the consumer group's checks passed" if result.consumers else ""
+        lines.append(f"verification{how}: OK (nothing lost, duplicated or divergent{also})")
     else:
         lines.append(f"verification{how}: FAILED, see {result.report_dir / 'summary.md'}")
         return lines, VIOLATIONS_EXIT

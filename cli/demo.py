@@ -3,9 +3,12 @@
 On free loopback ports in a fresh directory: ZooKeeper and three brokers (each in its own
 network namespace when running as root, so a leader can be cut off the network), a topic of
 6 partitions with replication factor 3 and min.insync.replicas 2, about 90 seconds of
-idempotent acks=all writes while the seeded schedule pauses a leader past its ZooKeeper
-session, shuts one down (SIGTERM, controlled), partitions one, crashes one and crashes the
-controller; then everything is healed, the Spark job verifies the committed logs, the report
+idempotent acks=all writes read by a group of three consumers (``--consumers 3``,
+chaos/consumers.py) while the seeded schedule pauses a leader past its ZooKeeper session, shuts
+one down (SIGTERM, controlled), crashes a consumer (no commit, no LeaveGroup: the coordinator
+expels it by session timeout), crashes a leader, partitions one and crashes the controller; then
+everything is healed, the consumers read to the end of every partition, the Spark job verifies
+the committed logs and what the group consumed and committed (the consumer checks), the report
 is printed with the timeline picture's path, and the cluster is stopped.
 """
 
@@ -21,9 +24,10 @@ import click
 from cli.chaos import run_chaos
 from cli.common import run
 
-DEMO_SEED = (
-    1  # with 90 s: pause, term, partition, kill, controller, pause (tests/unit/test_chaos_schedule.py)
-)
+#: With 90 s and the consumer fault: pause, term, consumer, kill, partition, controller (without
+#: root, no partition); tests/unit/test_chaos_schedule.py and test_chaos_consumers.py hold it to that.
+DEMO_SEED = 1
+DEMO_CONSUMERS = 3
 
 
 def say(message: str) -> None:
@@ -44,9 +48,9 @@ def say(message: str) -> None:
 @click.option("--seed", type=int, default=DEMO_SEED, show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the cluster running afterwards.")
 def demo(data_dir: Path, duration: float, seed: int, keep: bool) -> None:
-    """Start a 3-broker cluster, write through 90 s of faults, verify with Spark, stop."""
+    """Start a 3-broker cluster, write and consume through 90 s of faults, verify with Spark, stop."""
     from chaos.run import ChaosSettings
-    from chaos.schedule import FAULT_KINDS
+    from chaos.schedule import CONSUMER_FAULT_KINDS, FAULT_KINDS
     from devcluster.cluster import LocalCluster  # the operator's composition root (docs/design.md)
     from devcluster.netns import netns_available
 
@@ -55,9 +59,9 @@ def demo(data_dir: Path, duration: float, seed: int, keep: bool) -> None:
         with contextlib.suppress(Exception):  # a stale or partial directory from an interrupted run
             LocalCluster(cluster_dir).down()
         shutil.rmtree(data_dir)
-    kinds = FAULT_KINDS
+    kinds = FAULT_KINDS + CONSUMER_FAULT_KINDS
     if not netns_available():
-        kinds = tuple(k for k in FAULT_KINDS if k != "partition")
+        kinds = tuple(k for k in kinds if k != "partition")
         say("not root: network partitions are left out (they need network namespaces)")
     started = time.monotonic()
     settings = ChaosSettings(
@@ -67,6 +71,7 @@ def demo(data_dir: Path, duration: float, seed: int, keep: bool) -> None:
         seed=seed,
         faults=kinds,
         stop_cluster=not keep,
+        consumers=DEMO_CONSUMERS,
     )
     result = run(run_chaos(settings, say))
     summary = report_dir / "summary.md"
@@ -79,7 +84,9 @@ def demo(data_dir: Path, duration: float, seed: int, keep: bool) -> None:
     if keep:
         say(f"cluster left running; stop it with: floodmark cluster down --data-dir {cluster_dir}")
     verdict = (
-        "OK: nothing acknowledged was lost, duplicated or diverged" if result.verification_ok else "FAILED"
+        "OK: nothing acknowledged was lost, duplicated or diverged; the consumer group's checks passed"
+        if result.verification_ok
+        else "FAILED"
     )
     say(
         f"done in {time.monotonic() - started:.0f}s: {result.faults} faults, {result.acknowledged:,} acknowledged "

@@ -4,7 +4,10 @@
 It reads the ledger (``R/ledger/``, Parquet chunks, or ``R/ledger.jsonl``) and ``R/events.jsonl``, the committed log of the live cluster
 (``--bootstrap-server``, else ``$FLOODMARK_BOOTSTRAP``, else the local cluster's state file) and
 every replica's segment files (``--log-dirs``, else the log dirs the local cluster's state file
-lists), and writes ``R/verification.json``, ``R/summary.md`` and ``R/timeline.png``.
+lists), and writes ``R/verification.json``, ``R/summary.md`` and ``R/timeline.png``. A report dir
+of a run with consumers (``chaos run --consumers N``) also holds ``R/consumed/``, the consumer
+group's ledger: the consumer checks (group_missed, commit_went_backwards, consumed_value_mismatch,
+owned_twice; verify/consumer_checks.py) then run too, and their counts are printed with the others.
 ``--offline`` ignores any cluster and verifies from the log dirs alone (the committed log is then
 what lies below the highest checkpointed HW). When no bootstrap server can be found but log dirs
 are given, the job runs offline too, and says so.
@@ -106,7 +109,8 @@ def verify(
     allow_missing_log_dirs: bool,
     max_rows: int,
 ) -> None:
-    """Check a chaos run: lost, duplicated, out-of-order and divergent records, HW and epoch caches."""
+    """Check a chaos run: lost, duplicated, out-of-order and divergent records, HW and epoch caches,
+    and (with a consumer ledger) what the consumer group consumed and committed."""
     dirs = [d for d in (log_dirs or "").split(",") if d.strip()] or local_cluster_log_dirs()
     bootstrap = None
     if not offline:

@@ -107,8 +107,10 @@ def _replace_atomically(directory: Path, name: str, write: Callable[[Any], None]
         _fsync_dir(directory)
 
 
-def write_marker(directory: Path, name: str, content: dict[str, Any], fsync: bool = False) -> None:
-    body = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, **content}).encode() + b"\n"
+def write_marker(
+    directory: Path, name: str, content: dict[str, Any], fsync: bool = False, format_name: str = FORMAT_NAME
+) -> None:
+    body = json.dumps({"format": format_name, "version": FORMAT_VERSION, **content}).encode() + b"\n"
     _replace_atomically(directory, name, lambda f: f.write(body), fsync)
 
 
@@ -124,12 +126,12 @@ def write_chunk(directory: Path, index: int, table: pa.Table, fsync: bool = Fals
     return directory / chunk_name(index)
 
 
-def table_of(rows: list[tuple[Any, ...]], written_ms: int) -> pa.Table:
-    """The chunk table of rows in :data:`COLUMNS` order."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in COLUMNS]
-    arrays = [pa.array(values, type=f.type) for values, f in zip(columns, SCHEMA, strict=True)]
+def table_of(rows: list[tuple[Any, ...]], written_ms: int, schema: pa.Schema = SCHEMA) -> pa.Table:
+    """The chunk table of rows in ``schema``'s column order (:data:`COLUMNS` by default)."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.names]
+    arrays = [pa.array(values, type=f.type) for values, f in zip(columns, schema, strict=True)]
     return pa.Table.from_arrays(
-        arrays, schema=SCHEMA.with_metadata({b"floodmark.written_ms": str(written_ms)})
+        arrays, schema=schema.with_metadata({b"floodmark.written_ms": str(written_ms)})
     )
 
 

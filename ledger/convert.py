@@ -3,13 +3,14 @@
 
 The source is left as it is. The converted ledger goes next to it (``R/ledger/`` beside
 ``R/ledger.jsonl`` or the reverse) or into another report dir (``out``, with a copy of
-``events.jsonl``), and only where that form is absent: an existing target is refused, never
-overwritten. Every entry the readers return is written again in order, so
-the conversion round-trips: digests through their halves and back to the same hex text (text
-that is no digest cannot be: it becomes :data:`ledger.entries.NOT_A_DIGEST` and is counted),
-keys with their ``\\xNN`` escapes, null values, errors with partition -1. A JSON-lines ledger's
-torn or malformed lines are not entries and are not carried over; an unclosed columnar
-ledger's notes are returned with the result.
+``events.jsonl`` and of the consumer ledger ``consumed/``, :mod:`ledger.consumed`, which has one
+form), and only where that form is absent: an existing target is refused, never overwritten.
+Every entry the readers return is written again in order, so the conversion round-trips:
+digests through their halves and back to the same hex text (text that is no digest cannot be:
+it becomes :data:`ledger.entries.NOT_A_DIGEST` and is counted), keys with their ``\\xNN``
+escapes, null values, errors with partition -1. A JSON-lines ledger's torn or malformed lines
+are not entries and are not carried over; an unclosed columnar ledger's notes are returned with
+the result.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger.columnar import DEFAULT_CHUNK_INTERVAL_S, ChunkSink, inspect, read_columnar_ledger
+from ledger.consumed import CONSUMED_DIR
 from ledger.entries import (
     EVENTS_FILE,
     FORMATS,
@@ -120,5 +122,8 @@ def convert(
         sink.close()
     if out_dir != report_dir and (report_dir / EVENTS_FILE).exists() and not (out_dir / EVENTS_FILE).exists():
         shutil.copyfile(report_dir / EVENTS_FILE, out_dir / EVENTS_FILE)
+    consumed, consumed_out = report_dir / CONSUMED_DIR, out_dir / CONSUMED_DIR
+    if out_dir != report_dir and consumed.is_dir() and not consumed_out.exists():
+        shutil.copytree(consumed, consumed_out)  # the consumer ledger has one form: copied as it is
     result.seconds = time.perf_counter() - started
     return result

@@ -40,6 +40,10 @@ A report dir holds one form or the other (:func:`ledger.entries.ledger_form`; bo
 :func:`read_ledger` and the job read either. ``floodmark ledger convert`` (:mod:`ledger.convert`)
 turns one into the other.
 
+``R/consumed/`` - with ``chaos run --consumers N``, the consumer group's ledger
+(:mod:`ledger.consumed`): Parquet chunks of what its members consumed, committed and were
+assigned; one form only, and separate, so the produce ledger above is the same with or without it.
+
 ``R/events.jsonl`` - the timeline, JSON lines in either case (a few lines per fault: nothing
 to gain from columns, and a person reads it with ``cat``)::
 

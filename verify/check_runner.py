@@ -66,6 +66,7 @@ class Found:
     skipped: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     unacknowledged: list[dict[str, Any]] = field(default_factory=list)
+    coverage: dict[str, str] = field(default_factory=dict)  # the consumer checks' (verify.consumer_checks)
 
 
 def run_checks(

@@ -20,7 +20,9 @@ halves), and ``R/events.jsonl`` (:mod:`ledger.format`), and
   live, healed cluster, or one stopped cleanly, for an exact answer.
 
 Then it runs the checks (:mod:`verify.check_runner`: :mod:`verify.checks`,
-:mod:`verify.ledger_checks`, :mod:`verify.producer_checks`, :mod:`verify.replica_checks`), writes
+:mod:`verify.ledger_checks`, :mod:`verify.producer_checks`, :mod:`verify.replica_checks`; and,
+when the report dir holds a consumer ledger ``R/consumed/``, the consumer group's checks of
+:mod:`verify.consumer_checks`), writes
 ``R/verification.json``, ``R/summary.md`` and ``R/timeline.png`` and returns a
 :class:`verify.report.Result`, ``ok`` only when every check ran over every input and found
 nothing: an input it could not read in full (no ledger or nothing acknowledged, an unclosed or
@@ -60,9 +62,11 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from ledger.columnar import inspect as inspect_chunks
+from ledger.consumed import consumer_ledger_present
 from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
 from verify import checks, replica_checks, staging
 from verify.check_runner import Found, Frames, coverage, run_checks
+from verify.consumer_checks import check_consumers
 from verify.inputs import LedgerFacts, SkippedInputs, checkpoint_inputs, ledger_inputs, log_dir_inputs
 from verify.ledger_frame import acks_and_errors, ledger_entries, ledger_facts
 from verify.offline_hw import offline_high_watermarks
@@ -247,6 +251,10 @@ def _run(run: _Run) -> Result:
     found = run_checks(
         frames, run.keep, run.row_cap, run.small_input, run.say, lambda name: run.timings.measure(name)
     )
+    if consumer_ledger_present(run.report_dir):  # chaos run --consumers N: R/consumed/
+        with run.timings.measure("consumer_checks"):
+            args = (run.topics, frames.committed, counts["committed"], found, run.notes, run.row_cap, run.say)
+            check_consumers(run.spark, run.report_dir, *args)
     counts.update(found.counts)
     for name, seconds in found.timings.items():
         run.timings[name] = seconds
@@ -372,7 +380,7 @@ def _report(
         },
         skipped_inputs=run.skipped_inputs.skipped,
         allowed_inputs=run.skipped_inputs.allowed,
-        coverage=coverage(frames, counts, run.mode),
+        coverage={**coverage(frames, counts, run.mode), **found.coverage},
         unacknowledged=found.unacknowledged,
     )
     write_report(result)

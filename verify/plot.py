@@ -58,7 +58,9 @@ def _label(event: Event) -> str:
     detail = event.detail
     for key in ("action", "kind", "fault", "name"):
         if key in detail:
-            target = detail.get("broker", detail.get("target", ""))
+            target = str(detail.get("broker", detail.get("target", "")))
+            if target.startswith(f"{detail[key]} "):  # "consumer c1-0" of a consumer fault
+                return target
             return f"{detail[key]} {target}".strip()
     return event.type
 

@@ -16,6 +16,10 @@ than the run wrote, proves nothing. A skipped input that the flag allowing it wa
 listed in ``allowed_inputs`` and does not count. ``ok`` is the verdict ``PASSED``. ``coverage``
 says per check what it read, so a reader sees coverage, not only zeros; ``unacknowledged`` (not
 a violation) counts committed records no ack accounts for, and whose they are.
+
+The consumer group's checks (:data:`CONSUMER_CHECKS`, :mod:`verify.consumer_checks`) are in the
+report, and count towards the verdict, only when the run had consumers (a consumer ledger): a
+run without one lists the checks of :data:`CHECKS` alone, as before.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ CHECKS = (
     "hw_above_leo",
     "epoch_cache_inconsistent",
 )
+#: The consumer group's checks (verify/consumer_checks.py), run when the report dir has a consumer ledger.
+CONSUMER_CHECKS = ("group_missed", "commit_went_backwards", "consumed_value_mismatch", "owned_twice")
+ALL_CHECKS = CHECKS + CONSUMER_CHECKS
 PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
 REPORT_FILE = "verification.json"
 SUMMARY_FILE = "summary.md"
@@ -53,6 +60,10 @@ DESCRIPTIONS = {
     "replica_incomplete": "assigned replicas absent, behind the HW, or with unframed bytes mid-log",
     "hw_above_leo": "replicas whose checkpointed HW is above their log end offset",
     "epoch_cache_inconsistent": "replicas whose leader-epoch-checkpoint disagrees with their batches",
+    "group_missed": "committed records no member of the consumer group consumed",
+    "commit_went_backwards": "acknowledged group commits below an earlier one of their partition",
+    "consumed_value_mismatch": "consumed records whose value differs from the committed log's at their offset",
+    "owned_twice": "partitions one generation assigned to more than one member",
 }
 
 
@@ -60,9 +71,9 @@ def verdict_of(
     counts: dict[str, int], skipped: dict[str, str], skipped_inputs: dict[str, str] | None = None
 ) -> str:
     """FAILED on any violation, else INCOMPLETE when a check or an input was skipped, else PASSED."""
-    if any(counts.get(name, 0) for name in CHECKS):
+    if any(counts.get(name, 0) for name in ALL_CHECKS):
         return FAILED
-    return INCOMPLETE if skipped_inputs or any(name in skipped for name in CHECKS) else PASSED
+    return INCOMPLETE if skipped_inputs or any(name in skipped for name in ALL_CHECKS) else PASSED
 
 
 def verdict_line(result: Result) -> str:
@@ -70,7 +81,7 @@ def verdict_line(result: Result) -> str:
     if result.verdict == FAILED:
         return f"{FAILED}: {result.violation_count} violation(s)"
     if result.verdict == INCOMPLETE:
-        names = [name for name in CHECKS if name in result.skipped]
+        names = [name for name in ALL_CHECKS if name in result.skipped]
         parts = [f"{len(names)} check(s) skipped ({', '.join(names)})"] if names else []
         if result.skipped_inputs:
             parts.append(
@@ -115,7 +126,7 @@ class Result:
 
     @property
     def violation_count(self) -> int:
-        return sum(self.counts.get(name, 0) for name in CHECKS)
+        return sum(self.counts.get(name, 0) for name in ALL_CHECKS)
 
     @property
     def report_path(self) -> Path:
@@ -209,7 +220,34 @@ def _row_line(name: str, row: dict[str, Any]) -> str:
             f"broker {row['broker']} {row['topic']}-{row['partition']}: {'; '.join(row['problems'])} "
             f"(checkpoint {row['checkpoint']}, batches {row['batch_epoch_starts']})"
         )
+    return _consumer_row_line(name, row)
+
+
+def _consumer_row_line(name: str, row: dict[str, Any]) -> str:
+    where = f"{row.get('topic')}-{row.get('partition')}"
+    if name == "group_missed":
+        return f"{where} offset {row['offset']}: committed, never consumed by the group"
+    if name == "commit_went_backwards":
+        return (
+            f"{where}: {row['member']} (generation {row['generation']}) committed {row['offset']} at "
+            f"{row['time_ms']}, after {row['previous_member']} (generation {row['previous_generation']}) "
+            f"committed {row['previous_offset']} at {row['previous_time_ms']}"
+        )
+    if name == "consumed_value_mismatch":
+        return (
+            f"{where} offset {row['offset']}: consumed {row['consumed_digest']} ({row['times']} time(s) by "
+            f"{', '.join(row['members'])}); {row['reason']}"
+            + (f" ({row['log_digest']})" if row.get("log_digest") else "")
+        )
+    if name == "owned_twice":
+        return f"{where} in generation {row['generation']}: assigned to {', '.join(row['members'])}"
     return json.dumps(row, default=str)
+
+
+def _checks_run(result: Result) -> list[str]:
+    """The checks to list: every one of :data:`CHECKS`, and the consumer checks that ran."""
+    ran = [n for n in CONSUMER_CHECKS if n in result.counts or n in result.skipped]
+    return [*CHECKS, *ran]
 
 
 def summary_markdown(result: Result, shown: int = 10) -> str:
@@ -218,15 +256,16 @@ def summary_markdown(result: Result, shown: int = 10) -> str:
         f"# Verification {verdict_line(result)}",
         "",
         f"Mode: {result.mode}. Acknowledged writes: {c.get('acknowledged', 0)}; committed records: "
-        f"{c.get('committed', 0)}; failed writes: {c.get('errors', 0)}.",
+        f"{c.get('committed', 0)}; failed writes: {c.get('errors', 0)}."
+        + (f" Consumed by the group: {c['consumed']} record(s)." if "consumed" in c else ""),
         "",
         "| check | count | what it means | what it read |",
         "|---|---:|---|---|",
     ]
-    for name in CHECKS:
+    for name in _checks_run(result):
         count = "skipped" if name in result.skipped else str(c.get(name, 0))
         lines.append(f"| {name} | {count} | {DESCRIPTIONS[name]} | {result.coverage.get(name, '')} |")
-    for name in CHECKS:
+    for name in _checks_run(result):
         rows = result.violations.get(name) or []
         if not rows:
             continue

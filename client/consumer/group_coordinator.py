@@ -187,7 +187,10 @@ class ConsumerCoordinator:
                 self.ensure_active_group(), name=f"join-{self.group_id}"
             )
         try:
-            await asyncio.wait_for(asyncio.shield(self._join_task), max(timeout, 0))
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the join completes, and a cancelled poll must stop
+            async with asyncio.timeout(max(timeout, 0)):
+                await asyncio.shield(self._join_task)
         except TimeoutError:
             return False
         return not self.need_rejoin

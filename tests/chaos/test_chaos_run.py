@@ -91,26 +91,50 @@ async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_n
     assert "Shutdown broker because all log dirs in" in out, "no disk fault reached a broker"
 
 
-ZK_PAUSE_SEED = 3  # with 60 s: two zk-pauses, a leader kill, a controller kill, another kill
+#: With 60 s: a leader kill, a zk-pause, a controller kill, a consumer crash, another zk-pause
+#: (tests/unit/test_chaos_consumers.py holds the seed to every kind).
+ZK_PAUSE_SEED = 24
+CONSUMER_KINDS = ("zk-pause", "kill", "controller", "consumer")
+CONSUMER_CHECKS = ("group_missed", "commit_went_backwards", "consumed_value_mismatch", "owned_twice")
 
 
-async def test_chaos_with_zookeeper_pauses_loses_duplicates_and_diverges_nothing(tmp_path):
+async def test_chaos_with_zookeeper_pauses_and_a_consumer_group_loses_and_misses_nothing(tmp_path):
     """Issue 10: ZooKeeper itself SIGSTOPped for half a session timeout (every client sees
     ConnectionLoss and SUSPENDED, no session expires) among kills of leaders and the controller.
     The verification reads the committed log through the brokers after the heal, so every
-    partition had a leader then."""
-    kinds = ("zk-pause", "kill", "controller")
+    partition had a leader then. Issue 23 item 6: a group of two consumers reads the topic
+    meanwhile (the coordinator's broker may be the one killed), one of them is crashed without
+    a commit or a LeaveGroup and replaced, and after the heal the group reads to the end: it
+    consumed every committed record, its commits never went backwards, it read the values the
+    log holds, and no generation gave a partition to two members."""
     settings = ChaosSettings(
         data_dir=tmp_path / "cluster",
         report_dir=tmp_path / "report",
         duration_s=60,
         seed=ZK_PAUSE_SEED,
-        faults=kinds,
+        faults=CONSUMER_KINDS,
         stop_cluster=True,
         records_per_second=300,
+        consumers=2,
     )
     result = await run_chaos(settings, print)
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     kinds_injected = [e["detail"]["kind"] for e in events if e["type"] == "fault"]
-    assert kinds_injected.count("zk-pause") >= 2 and set(kinds_injected) == set(kinds), kinds_injected
+    assert kinds_injected.count("zk-pause") >= 2 and set(kinds_injected) == set(CONSUMER_KINDS), (
+        kinds_injected
+    )
+    replaced = [e["detail"] for e in events if e["type"] == "heal" and e["detail"].get("replacement")]
+    assert replaced, "a crashed consumer was replaced by a fresh member"
     assert_verified_clean(settings.report_dir, result, min_acknowledged=5_000)
+
+    report = json.loads((settings.report_dir / "verification.json").read_text())
+    counts = report["counts"]
+    assert {name: counts[name] for name in CONSUMER_CHECKS} == dict.fromkeys(CONSUMER_CHECKS, 0), {
+        name: report["violations"][name] for name in CONSUMER_CHECKS
+    }
+    assert counts["consumed_offsets"] == counts["committed"] and counts["consumed"] >= counts["committed"]
+    group = result.consumers
+    assert group["drained"] is True and group["crashes"] == group["restarts"] >= 1, group
+    assert group["commits"] > 10 and group["highest_generation"] >= 2 and not group["outside_assignment"], (
+        group
+    )

@@ -26,7 +26,7 @@ from chaos.schedule import (
     parse_fault_kinds,
 )
 from client.protocol.errors import ErrorCode, KafkaError
-from client.types import ConsumerRecord, TopicPartition
+from client.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from ledger.consumed import ConsumerLedgerWriter, read_consumer_ledger
 
 TP0, TP1, TP2 = (TopicPartition("t", p) for p in range(3))
@@ -129,7 +129,7 @@ class FakeCoordinator:
 
 
 class FakeConsumer:
-    """What a Member uses of its consumer: assignment, commit, abandon, the coordinator."""
+    """What a Member uses of its consumer: assignment, commit, abandon, its group metadata."""
 
     def __init__(self, owned: set[TopicPartition]) -> None:
         self.owned = owned
@@ -140,6 +140,10 @@ class FakeConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.owned)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        c = self._coordinator
+        return ConsumerGroupMetadata("g", c.generation, c.member_id)
 
     async def commit(self, offsets: dict) -> None:
         if self.fail is not None:

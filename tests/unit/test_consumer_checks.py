@@ -1,6 +1,6 @@
 """The consumer checks' pure parts (verify/consumer_checks.py; docs/guarantees.md): the group's
 commits never going backwards, no partition owned twice in a generation, what the consumer
-ledger's markers make of ``group-missed``, and how the report counts the consumer checks (only
+ledger's markers make of ``group_missed``, and how the report counts the consumer checks (only
 when they ran). The Spark checks meet planted anomalies in tests/verify/test_consumer_checks.py."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_an_unclosed_consumer_ledger_skips_group_missed_and_a_short_drain_is_a_n
     ConsumerLedgerWriter(tmp_path / "b").close({"drained": False, "drain_s": 60.0, "behind": {"t-3": 12}})
     notes, skip = ledger_notes(tmp_path / "b")
     assert skip is None and "did not consume to the end of every partition" in notes[0]
-    assert "{'t-3': 12}" in notes[0] and "group-missed reports what it could not read" in notes[0]
+    assert "{'t-3': 12}" in notes[0] and "group_missed reports what it could not read" in notes[0]
 
     ConsumerLedgerWriter(tmp_path / "c").close({"drained": True})
     assert ledger_notes(tmp_path / "c") == ([], None)
@@ -119,8 +119,8 @@ def test_the_consumer_checks_count_in_the_verdict_and_are_listed_only_when_they_
     clean = result(tmp_path, consumed=12, **dict.fromkeys(CONSUMER_CHECKS, 0))
     assert clean.ok and all(f"| {name} | 0 |" in summary_markdown(clean) for name in CONSUMER_CHECKS)
     assert "Consumed by the group: 12 record(s)." in summary_markdown(clean)
-    failed = result(tmp_path, **{"owned-twice": 1, "group-missed": 2})
+    failed = result(tmp_path, **{"owned_twice": 1, "group_missed": 2})
     assert failed.verdict == "FAILED" and failed.violation_count == 3
     assert summary_markdown(failed).startswith("# Verification FAILED: 3 violation(s)\n")
-    assert verdict_of({"commit-went-backwards": 1}, {}) == "FAILED"
-    assert verdict_of({}, {"group-missed": "the consumer ledger was not closed"}) == "INCOMPLETE"
+    assert verdict_of({"commit_went_backwards": 1}, {}) == "FAILED"
+    assert verdict_of({}, {"group_missed": "the consumer ledger was not closed"}) == "INCOMPLETE"

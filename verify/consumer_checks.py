@@ -1,0 +1,273 @@
+"""The consumer group's checks (docs/guarantees.md; docs/operations.md "Chaos runs and
+verification"): what the chaos run's consumer group consumed, committed and was assigned
+(:mod:`ledger.consumed`, ``R/consumed/``) held against the committed log and against the group
+protocol's own rules (Kafka's classic consumer group: JoinGroup/SyncGroup generations, the eager
+rebalance, OffsetCommit fenced by generation). They run when the report dir holds a consumer
+ledger (``chaos run --consumers N``); without one they are absent from the report, not zero.
+
+* ``group_missed`` (Spark, :func:`group_missed`): a record of the committed log that no member
+  consumed in any generation: the group's at-least-once delivery, what a crash and the
+  rebalance after it must not lose (per offset);
+* ``commit_went_backwards`` (pure, :func:`commit_went_backwards`): per partition, the group's
+  acknowledged commits in the order they were acknowledged (``time_ms``, then the writer's
+  ``seq``) never fall below an earlier one: a fenced member's stale commit or a member resuming
+  from an old offset would (per commit below the highest before it);
+* ``consumed_value_mismatch`` (Spark, :func:`consumed_value_mismatch`): a consumed record whose
+  value digest differs from the committed log's at its offset, or whose offset the committed
+  log does not hold (per offset and digest, with the members that consumed it);
+* ``owned_twice`` (pure, :func:`owned_twice`): one generation's assignment giving a partition to
+  two members (per generation and partition).
+
+:func:`check_consumers` runs them and adds their counts, rows, coverage and notes to the job's
+:class:`verify.check_runner.Found`. A consumer ledger the workload did not close may miss its
+last chunk, so ``group_missed`` is then skipped (the verdict INCOMPLETE); a drain that did not
+reach the end of every partition is named in a note, since ``group_missed`` then reports what
+the group could not read.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ledger.columnar import inspect as inspect_chunks
+from ledger.consumed import (
+    ASSIGNED,
+    COMMITTED,
+    CONSUMED,
+    CONSUMED_DIR,
+    CONSUMER_LEDGER_DDL,
+    NO_PARTITION,
+    consumer_ledger_closed,
+    consumer_ledger_present,
+)
+from verify.check_runner import Found
+from verify.checks import TP
+from verify.report import CONSUMER_CHECKS
+
+GROUP_MISSED, COMMIT_WENT_BACKWARDS, CONSUMED_VALUE_MISMATCH, OWNED_TWICE = CONSUMER_CHECKS
+ORDER = {GROUP_MISSED: [*TP, "offset"], CONSUMED_VALUE_MISMATCH: [*TP, "offset", "consumed_digest"]}
+
+
+# -- the pure checks: the group's commits and assignments (small: collected to the driver) --------
+
+
+def commit_went_backwards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each acknowledged commit below the highest earlier commit of its partition, with that one.
+    ``rows``: consumer ledger rows (only ``committed`` ones are read)."""
+    by_partition: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["kind"] == COMMITTED:
+            by_partition[(row["topic"], row["partition"])].append(row)
+    found: list[dict[str, Any]] = []
+    for (topic, partition), commits in sorted(by_partition.items()):
+        highest: Mapping[str, Any] | None = None
+        for c in sorted(commits, key=lambda r: (r["time_ms"], r["seq"])):
+            if highest is not None and c["offset"] < highest["offset"]:
+                found.append(
+                    {
+                        "topic": topic,
+                        "partition": partition,
+                        "offset": c["offset"],
+                        "member": c["member"],
+                        "generation": c["generation"],
+                        "time_ms": c["time_ms"],
+                        "previous_offset": highest["offset"],
+                        "previous_member": highest["member"],
+                        "previous_generation": highest["generation"],
+                        "previous_time_ms": highest["time_ms"],
+                    }
+                )
+            if highest is None or c["offset"] >= highest["offset"]:
+                highest = c
+    return found
+
+
+def owned_twice(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each (generation, partition) that more than one member was assigned. ``rows``: consumer
+    ledger rows (only ``assigned`` ones of a real partition are read)."""
+    owners: dict[tuple[int, str, int], set[str]] = defaultdict(set)
+    for row in rows:
+        if row["kind"] == ASSIGNED and row["partition"] != NO_PARTITION:
+            owners[(row["generation"], row["topic"], row["partition"])].add(row["member"])
+    return [
+        {"generation": g, "topic": t, "partition": p, "members": sorted(members)}
+        for (g, t, p), members in sorted(owners.items())
+        if len(members) > 1
+    ]
+
+
+# -- the Spark checks: what was consumed against the committed log -------------------------------
+
+
+def read_consumed(spark: Any, report_dir: Path, topics: list[str]) -> DataFrame:
+    """The consumer ledger's rows of the verified topics (its complete chunks)."""
+    directory = Path(report_dir) / CONSUMED_DIR
+    if inspect_chunks(directory).chunks:
+        rows = spark.read.schema(CONSUMER_LEDGER_DDL).parquet(str(directory))
+    else:
+        rows = spark.createDataFrame([], CONSUMER_LEDGER_DDL)
+    return rows.where(F.col("topic").isin(topics))
+
+
+def _hex(hi: str, lo: str) -> Column:
+    """32 lowercase hex characters of two digest halves (as :func:`verify.checks.digest_hex`)."""
+    text = F.lower(F.concat(F.lpad(F.hex(F.col(hi)), 16, "0"), F.lpad(F.hex(F.col(lo)), 16, "0")))
+    return F.when(F.col(hi).isNotNull(), text)
+
+
+def group_missed(consumed: DataFrame, committed: DataFrame) -> DataFrame:
+    """``(topic, partition, offset)`` of each committed record no member consumed."""
+    seen = consumed.where(F.col("kind") == CONSUMED).select(*TP, "offset")
+    return committed.select(*TP, "offset").join(seen, [*TP, "offset"], "left_anti")
+
+
+def consumed_value_mismatch(consumed: DataFrame, committed: DataFrame) -> DataFrame:
+    """Per (offset, consumed digest) that differs from the committed log's at that offset, or
+    whose offset it does not hold: the digests, the reason, who consumed it and how often."""
+    c = consumed.where(F.col("kind") == CONSUMED).select(
+        *TP, "offset", F.col("digest_hi").alias("c_hi"), F.col("digest_lo").alias("c_lo"), "member"
+    )
+    log = committed.select(
+        *TP,
+        "offset",
+        F.col("digest_hi").alias("l_hi"),
+        F.col("digest_lo").alias("l_lo"),
+        F.lit(True).alias("in_log"),
+    )
+    same = F.col("c_hi").eqNullSafe(F.col("l_hi")) & F.col("c_lo").eqNullSafe(F.col("l_lo"))
+    bad = c.join(log, [*TP, "offset"], "left").where(F.col("in_log").isNull() | ~same)
+    reason = F.when(F.col("in_log").isNull(), "offset not in the committed log").otherwise(
+        "another value at that offset in the committed log"
+    )
+    return (
+        bad.groupBy(*TP, "offset", "c_hi", "c_lo", "l_hi", "l_lo", "in_log")
+        .agg(F.sort_array(F.collect_set("member")).alias("members"), F.count(F.lit(1)).alias("times"))
+        .select(
+            *TP,
+            "offset",
+            _hex("c_hi", "c_lo").alias("consumed_digest"),
+            _hex("l_hi", "l_lo").alias("log_digest"),
+            reason.alias("reason"),
+            "members",
+            "times",
+        )
+    )
+
+
+# -- running them -----------------------------------------------------------------------------------
+
+
+def ledger_notes(report_dir: Path) -> tuple[list[str], str | None]:
+    """(notes on the consumer ledger, why ``group_missed`` cannot run or None): an unclosed
+    ledger may miss its last chunk; a drain that did not reach every partition's end."""
+    closed = consumer_ledger_closed(report_dir)
+    if closed is None:
+        why = (
+            "the consumer ledger was not closed (the workload stopped without closing it): "
+            "its last rows may be missing"
+        )
+        return [why], why
+    notes = []
+    if closed.get("aborted"):
+        notes.append("the consumer group was stopped by an error or an interruption, not drained")
+    elif closed.get("drained") is False:
+        notes.append(
+            f"the consumer group did not consume to the end of every partition within its drain "
+            f"({closed.get('drain_s')} s; records behind: {closed.get('behind') or '?'}): "
+            f"{GROUP_MISSED} reports what it could not read"
+        )
+    elif closed.get("drained") is None:
+        notes.append(
+            f"the consumer group was not drained (the cluster could not serve): {GROUP_MISSED} may "
+            "report the records it did not reach"
+        )
+    return notes, None
+
+
+def check_consumers(
+    spark: Any,
+    report_dir: Path,
+    topics: list[str],
+    committed: DataFrame,
+    committed_count: int | None,
+    found: Found,
+    notes: list[str],
+    row_cap: int,
+    say: Callable[[str], None],
+) -> None:
+    """Run the consumer checks when the report dir holds a consumer ledger, adding their counts,
+    rows, coverage and skips to ``found`` and their notes to ``notes``."""
+    if not consumer_ledger_present(report_dir):
+        return
+    said, skip_missed = ledger_notes(report_dir)
+    notes.extend(said)
+    consumed = read_consumed(spark, report_dir, topics)
+    totals = (
+        consumed.where(F.col("kind") == CONSUMED)
+        .agg(F.count(F.lit(1)).alias("n"), F.countDistinct(*TP, "offset").alias("distinct"))
+        .first()
+    )
+    small = [
+        r.asDict()
+        for r in consumed.where(F.col("kind").isin(COMMITTED, ASSIGNED))
+        .select("kind", "member", "generation", *TP, "offset", "time_ms", "seq")
+        .collect()
+    ]
+    found.counts["consumed"], found.counts["consumed_offsets"] = int(totals["n"]), int(totals["distinct"])
+    commits = sum(1 for r in small if r["kind"] == COMMITTED)
+    generations = {r["generation"] for r in small if r["kind"] == ASSIGNED}
+    members = {r["member"] for r in small}
+    say(f"checking the consumer group: {totals['n']} consumed record(s), {commits} committed offset(s)")
+    _record(found, COMMIT_WENT_BACKWARDS, commit_went_backwards(small), row_cap)
+    _record(found, OWNED_TWICE, owned_twice(small), row_cap)
+    spark_checks = {
+        GROUP_MISSED: lambda: group_missed(consumed, committed),
+        CONSUMED_VALUE_MISMATCH: lambda: consumed_value_mismatch(consumed, committed),
+    }
+    if skip_missed is not None:
+        found.skipped[GROUP_MISSED] = skip_missed
+        del spark_checks[GROUP_MISSED]
+    for name, check in spark_checks.items():
+        df = check()
+        count = df.count()
+        rows = (
+            [r.asDict(recursive=True) for r in df.orderBy(*ORDER[name]).limit(row_cap).collect()]
+            if count
+            else []
+        )
+        _record(found, name, rows, row_cap, count)
+    for name in CONSUMER_CHECKS:
+        say(f"  {name}: {'skipped' if name in found.skipped else found.counts[name]}")
+    found.coverage.update(coverage(found.counts, commits, len(generations), len(members), committed_count))
+
+
+def _record(
+    found: Found, name: str, rows: list[dict[str, Any]], row_cap: int, count: int | None = None
+) -> None:
+    count = len(rows) if count is None else count
+    found.counts[name] = count
+    found.violations[name] = rows[:row_cap]
+    found.truncated[name] = count > min(len(rows), row_cap)
+
+
+def coverage(
+    counts: Mapping[str, int], commits: int, generations: int, members: int, committed: int | None
+) -> dict[str, str]:
+    """Per consumer check, what it read."""
+    consumed = (
+        f"{counts.get('consumed', 0)} consumed record(s) "
+        f"({counts.get('consumed_offsets', 0)} distinct offsets)"
+    )
+    log = "the committed log" if committed is None else f"{committed} committed record(s)"
+    return {
+        GROUP_MISSED: f"{consumed} against {log}",
+        CONSUMED_VALUE_MISMATCH: f"{consumed} against {log}",
+        COMMIT_WENT_BACKWARDS: f"{commits} committed offset(s) of {members} member incarnation(s)",
+        OWNED_TWICE: f"the assignments of {generations} generation(s), {members} member incarnation(s)",
+    }
