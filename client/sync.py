@@ -4,7 +4,9 @@ Each facade owns a private uvloop event loop running in a daemon thread and forw
 call to it with ``run_coroutine_threadsafe``, so the asyncio client objects are only ever
 touched from their own loop. The methods are the async ones without ``await``;
 ``SyncProducer.send`` returns a :class:`concurrent.futures.Future` of the RecordMetadata.
-Use them as context managers::
+A facade is ready once constructed, as kafka-python's KafkaProducer and KafkaConsumer are: the
+constructor connects (and raises the client's KafkaError when no broker answers, its loop thread
+stopped). Use them as context managers, or call ``close()``::
 
     with SyncProducer("localhost:9092", acks="all") as producer:
         producer.send_and_wait("events", b"hello")
@@ -15,18 +17,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import uvloop
 
 from client.admin import AdminClient
 from client.consumer import Consumer, ConsumerConfig
+from client.consumer.rebalance_listener import ConsumerRebalanceListener
 from client.producer import Producer, ProducerConfig
 from client.types import (
     ClusterDescription,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
+    OffsetAndMetadata,
     RecordMetadata,
     TopicDescription,
     TopicPartition,
@@ -73,7 +78,16 @@ class _SyncClient:
     _client: Any
     _thread: _LoopThread
 
+    def _start_or_stop(self) -> None:
+        """Called by every constructor: connect now; on failure stop the loop thread and raise."""
+        try:
+            self.start()
+        except BaseException:
+            self._shutdown(self._client.close())
+            raise
+
     def start(self) -> None:
+        """Connect (the constructor already did: calling it again does nothing)."""
         self._thread.run(self._client.start())
 
     def __enter__(self):
@@ -94,6 +108,7 @@ class SyncProducer(_SyncClient):
     def __init__(self, bootstrap_servers, config: ProducerConfig | None = None, **overrides) -> None:
         self._client = Producer(bootstrap_servers, config, **overrides)
         self._thread = _LoopThread("floodmark-sync-producer")
+        self._start_or_stop()
 
     @property
     def metrics(self) -> dict[str, int]:
@@ -154,9 +169,33 @@ class SyncConsumer(_SyncClient):
     def __init__(self, bootstrap_servers, config: ConsumerConfig | None = None, **overrides) -> None:
         self._client = Consumer(bootstrap_servers, config, **overrides)
         self._thread = _LoopThread("floodmark-sync-consumer")
+        self._start_or_stop()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         self._thread.call(self._client.assign, list(partitions))
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Join the consumer's group for these topics (or a pattern). ``listener``, if given, has
+        plain ``on_partitions_revoked(set)`` / ``on_partitions_assigned(set)`` methods (kafka-python's
+        ConsumerRebalanceListener); they run on the client's loop thread, during ``poll``."""
+        wrapped = _ListenerAdapter(listener) if listener is not None else None
+        self._thread.call(self._client.subscribe, list(topics), pattern, wrapped)
+
+    def unsubscribe(self) -> None:
+        self._thread.run(self._client.unsubscribe())
+
+    def subscription(self) -> set[str]:
+        return self._thread.call(self._client.subscription)
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit the positions (or the given offsets) and wait for the coordinator's answer."""
+        self._thread.run(self._client.commit(offsets))
+
+    def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        return self._thread.run(self._client.committed(tp))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._thread.call(self._client.group_metadata)
 
     def assignment(self) -> set[TopicPartition]:
         return self._thread.call(self._client.assignment)
@@ -194,12 +233,28 @@ class SyncConsumer(_SyncClient):
         self._shutdown(self._client.close())
 
 
+class _ListenerAdapter(ConsumerRebalanceListener):
+    """A synchronous rebalance listener, called from the asynchronous consumer."""
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        if hasattr(self.listener, "on_partitions_revoked"):
+            self.listener.on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if hasattr(self.listener, "on_partitions_assigned"):
+            self.listener.on_partitions_assigned(assigned)
+
+
 class SyncAdmin(_SyncClient):
     def __init__(
         self, bootstrap_servers, client_id: str = "floodmark-admin", request_timeout_ms: int = 30000
     ) -> None:
         self._client = AdminClient(bootstrap_servers, client_id, request_timeout_ms)
         self._thread = _LoopThread("floodmark-sync-admin")
+        self._start_or_stop()
 
     def create_topics(self, topics: list[NewTopic], timeout_ms: int = 30000, validate_only: bool = False):
         return self._thread.run(self._client.create_topics(topics, timeout_ms, validate_only))

@@ -334,3 +334,50 @@ def test_bad_group_requests_get_kafkas_errors_and_lose_nothing(cluster):
         await c.close()
 
     asyncio.run(scenario())
+
+
+def test_the_sync_consumer_joins_a_group_commits_and_resumes(cluster):
+    """SyncConsumer (kafka-python's shape): ready once constructed, subscribe with a plain
+    listener, commit; a second one in the same group resumes after the commit."""
+    from client import SyncConsumer
+
+    asyncio.run(create_topic(cluster, "sync-group", 2, 3))
+    asyncio.run(produce_values(cluster, "sync-group", [b"s%02d" % i for i in range(30)]))
+    events: list[tuple[str, set]] = []
+
+    class Listener:
+        def on_partitions_revoked(self, revoked: set) -> None:
+            events.append(("revoked", revoked))
+
+        def on_partitions_assigned(self, assigned: set) -> None:
+            events.append(("assigned", assigned))
+
+    options = {"group_id": "sync-group", "auto_offset_reset": "earliest", "enable_auto_commit": False}
+    first = SyncConsumer(cluster.bootstrap_servers, session_timeout_ms=SESSION_MS, **options)
+    try:
+        first.subscribe(["sync-group"], listener=Listener())
+        seen = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 30 and time.monotonic() < deadline:
+            seen += first.poll(300)
+        assert len(seen) == 30
+        assert events and events[0] == (
+            "assigned",
+            {TopicPartition("sync-group", 0), TopicPartition("sync-group", 1)},
+        )
+        first.commit({TopicPartition("sync-group", 0): 5, TopicPartition("sync-group", 1): 5})
+        assert first.committed(TopicPartition("sync-group", 0)).offset == 5
+        assert first.group_metadata().generation_id >= 1
+    finally:
+        first.close()
+    second = SyncConsumer(cluster.bootstrap_servers, session_timeout_ms=SESSION_MS, **options)
+    try:
+        second.subscribe(["sync-group"])
+        again = []
+        deadline = time.monotonic() + 60
+        while len(again) < 20 and time.monotonic() < deadline:
+            again += second.poll(300)
+        assert sorted(r.offset for r in again if r.partition == 0)[0] == 5
+        assert len(again) == 20  # 30 records, 5 per partition committed before
+    finally:
+        second.close()

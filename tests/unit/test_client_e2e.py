@@ -403,3 +403,29 @@ def test_sync_facade_round_trip(threaded_fake):
                 break
         assert [r.value for r in records] == [b"one", b"two"]
         assert c.end_offsets([TopicPartition("s", 0)]) == {TopicPartition("s", 0): 2}
+
+
+def test_sync_facades_are_ready_once_constructed(threaded_fake):
+    """kafka-python's way: no start() call, no async instruction to a sync user."""
+    producer = SyncProducer(threaded_fake.bootstrap, linger_ms=1)
+    try:
+        assert producer.send_and_wait("t", b"ready").offset >= 0
+    finally:
+        producer.close()
+    consumer = SyncConsumer(threaded_fake.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50)
+    try:
+        assert consumer.partitions_for_topic("t") == [0, 1]
+    finally:
+        consumer.close()
+
+
+def test_a_sync_facade_that_cannot_connect_raises_and_leaves_no_thread():
+    import threading
+
+    from client.protocol.errors import KafkaError
+    from devcluster.ports import free_port_block
+
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(KafkaError, match="NETWORK_EXCEPTION"):
+        SyncAdmin(f"127.0.0.1:{free_port_block(1)}", request_timeout_ms=2000)
+    assert {t.name for t in threading.enumerate() if t.is_alive()} <= before
