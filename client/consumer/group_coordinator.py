@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from client.consumer.assignors import assignor_for
 from client.consumer.config import ConsumerConfig
 from client.consumer.heartbeat import auto_commit_loop, heartbeat_loop
+from client.consumer.offset_commits import COORDINATOR_ERRORS, FENCED_ERRORS, OffsetCommits
 from client.consumer.rebalance_listener import ConsumerRebalanceListener
 from client.consumer.subscription_state import SubscriptionState
 from client.metadata import Cluster
@@ -41,23 +42,15 @@ from client.protocol.consumer_protocol import (
     encode_subscription,
 )
 from client.protocol.errors import ErrorCode, KafkaError
-from client.types import OffsetAndMetadata, TopicPartition
+from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
-#: errors after which the coordinator must be looked up again
-COORDINATOR_ERRORS = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION}
-)
-#: errors that mean this member's generation is over: rejoin from scratch
-FENCED_ERRORS = frozenset(
-    {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.FENCED_INSTANCE_ID}
-)
 
 
-class ConsumerCoordinator:
+class ConsumerCoordinator(OffsetCommits):
     def __init__(
         self,
         config: ConsumerConfig,
@@ -355,82 +348,6 @@ class ConsumerCoordinator:
         )  # fmt: skip
         if self.listener is not None:
             await self.listener.on_partitions_assigned(set(partitions))
-
-    # -- offsets ---------------------------------------------------------------------------------
-
-    def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {
-            tp: OffsetAndMetadata(state.position)
-            for tp, state in self._subscriptions.assignment.items()
-            if state.position is not None
-        }
-
-    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
-        """OffsetCommit under the current generation (synchronous commit: waits for the answer)."""
-        offsets = self._positions() if offsets is None else offsets
-        if not offsets:
-            return
-        topics: dict[str, list[dict]] = {}
-        for tp, om in offsets.items():
-            topics.setdefault(tp[0], []).append(
-                {"partition": tp[1], "committed_offset": om.offset, "committed_leader_epoch": om.leader_epoch,
-                 "committed_metadata": om.metadata}
-            )  # fmt: skip
-        generation, member = (
-            (self.generation, self.member_id) if self.generation != NO_GENERATION else (-1, "")
-        )
-        response = await self._send(
-            ApiKey.OFFSET_COMMIT,
-            {
-                "group_id": self.group_id,
-                "generation_id": generation,
-                "member_id": member,
-                "group_instance_id": self.config.group_instance_id,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            },
-        )
-        for t in response["topics"]:
-            for p in t["partitions"]:
-                if p["error_code"] != ErrorCode.NONE:
-                    code = p["error_code"]
-                    if code in FENCED_ERRORS or code == ErrorCode.REBALANCE_IN_PROGRESS:
-                        self.need_rejoin = True
-                    if code in COORDINATOR_ERRORS:
-                        self.mark_coordinator_unknown("OffsetCommit")
-                    raise KafkaError(
-                        code, f"committing {t['topic']}-{p['partition']} for group {self.group_id}"
-                    )
-
-    async def fetch_committed(
-        self, tps: list[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        if not tps:
-            return {}
-        topics: dict[str, list[int]] = {}
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        while True:
-            response = await self._send(
-                ApiKey.OFFSET_FETCH,
-                {
-                    "group_id": self.group_id,
-                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-                },
-            )
-            code = response["error_code"]
-            if code == ErrorCode.NONE:
-                break
-            if code not in COORDINATOR_ERRORS and code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                raise KafkaError(code, f"fetching the committed offsets of group {self.group_id}")
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(tps)
-        for t in response["topics"]:
-            for p in t["partitions"]:
-                if p["committed_offset"] >= 0:
-                    out[TopicPartition(t["topic"], p["partition"])] = OffsetAndMetadata(
-                        p["committed_offset"], p["metadata"] or "", p["committed_leader_epoch"]
-                    )
-        return out
 
     # -- background: heartbeats and auto commit --------------------------------------------------
 
