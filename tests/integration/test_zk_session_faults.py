@@ -239,6 +239,7 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
     old = ZkBridge(zk_connect, session_timeout_ms=6000)
     await old.start()
     server = _server(bridge, zk_connect)
+    server._registered.set()  # it registered once (the znode ``old`` holds stands for that)
     bridge.session_timeout_ms = 200  # register_broker gives up on the old session after 0.3 s
     try:
         await zk_register_as(old)
@@ -254,6 +255,23 @@ async def test_reregistration_waits_for_the_previous_sessions_znode(zk_connect: 
             task.cancel()
         await asyncio.gather(*server._tasks, return_exceptions=True)
         await old.close()
+        await bridge.close()
+
+
+async def test_a_broker_still_starting_is_not_registered_by_a_session_event(zk_connect: str) -> None:
+    """A session lost and regained before start-up reached its registration step registers
+    nothing: the start-up's own step does that once its socket server listens (before, the
+    session handler registered a broker with no listener: seed 219 of the simulator with
+    consumers, a "ghost" the controller sent LeaderAndIsr to and got connection refused)."""
+    bridge = await _bridge(zk_connect)
+    server = _server(bridge, zk_connect)
+    try:
+        server._on_zk_state("LOST")
+        server._on_zk_state("CONNECTED")
+        assert not server._tasks
+        await asyncio.sleep(0.3)
+        assert await bridge.exists(broker_id_path(BROKER)) is None
+    finally:
         await bridge.close()
 
 
