@@ -206,7 +206,7 @@ class KafkaApis:
         entries = {
             (t["topic"], p["partition"]): p["records"] for t in body["topics"] for p in t["partitions"]
         }
-        internal = [tp for tp in entries if tp[0] == GROUP_METADATA_TOPIC]
+        internal = any(tp[0] == GROUP_METADATA_TOPIC for tp in entries)
         if acks not in (-1, 0, 1) or internal:
             statuses = {
                 tp: ProducePartitionStatus(

@@ -8,7 +8,7 @@ group committed. A mixin of :class:`client.consumer.group_coordinator.ConsumerCo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from client.consumer.config import ConsumerConfig
 from client.consumer.subscription_state import SubscriptionState
@@ -28,18 +28,16 @@ FENCED_ERRORS = frozenset(
 
 
 class OffsetCommits:
+    """The ConsumerCoordinator provides these (annotations only: nothing here stands in for them)."""
+
     config: ConsumerConfig
     group_id: str
     generation: int
     member_id: str
     need_rejoin: bool
     _subscriptions: SubscriptionState
-
-    async def _send(self, api_key: ApiKey, body: dict, timeout_ms: int | None = None) -> dict:
-        raise NotImplementedError
-
-    def mark_coordinator_unknown(self, why: str) -> None:
-        raise NotImplementedError
+    _send: Callable[..., Awaitable[dict]]  # a request to the coordinator (ConsumerCoordinator._send)
+    mark_coordinator_unknown: Callable[[str], None]
 
     def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {

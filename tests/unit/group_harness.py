@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from broker.coordinator import group_admin, group_offsets
 from broker.coordinator.coordinator_config import GroupConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
-from broker.coordinator.group_metadata import GroupMetadata
+from broker.coordinator.group_metadata import GroupMetadata, GroupState
 from broker.coordinator.group_metadata_manager import GroupMetadataManager
 from client.protocol.api import ApiKey, validate_request, validate_response
 from client.protocol.errors import ErrorCode
@@ -424,3 +424,25 @@ class GroupEnv:
         self.append.complete_all()
         assert all(s.error == ErrorCode.NONE for s in syncs), [s.answers for s in syncs]
         return members, generation
+
+
+# -- what the coordinator's test modules share ------------------------------------------------------
+
+E = ErrorCode
+S = GroupState
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    S.EMPTY,
+    S.PREPARING_REBALANCE,
+    S.COMPLETING_REBALANCE,
+    S.STABLE,
+    S.DEAD,
+)
+
+
+def env_with(**config: int) -> GroupEnv:
+    """A harness whose config has the initial delay and four offsets partitions, plus ``config``."""
+    return GroupEnv(
+        config=GroupConfig(
+            **{"initial_rebalance_delay_ms": 3000, "offsets_topic_num_partitions": 4, **config}
+        )
+    )

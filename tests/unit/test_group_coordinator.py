@@ -13,39 +13,19 @@ import itertools
 
 import pytest
 
-from broker.coordinator.coordinator_config import GroupConfig
 from broker.coordinator.group_metadata import (
     GroupMetadata,
     GroupState,
     IllegalStateTransition,
 )
 from broker.coordinator.group_records import read_group_value, read_key
-from client.protocol.errors import ErrorCode
 from client.types import TopicPartition
-from tests.unit.group_harness import GroupEnv
-
-E = ErrorCode
-S = GroupState
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    S.EMPTY,
-    S.PREPARING_REBALANCE,
-    S.COMPLETING_REBALANCE,
-    S.STABLE,
-    S.DEAD,
-)
+from tests.unit.group_harness import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, E, GroupEnv, env_with
 
 
 @pytest.fixture
 def env() -> GroupEnv:
     return GroupEnv()
-
-
-def env_with(**config: int) -> GroupEnv:
-    return GroupEnv(
-        config=GroupConfig(
-            **{"initial_rebalance_delay_ms": 3000, "offsets_topic_num_partitions": 4, **config}
-        )
-    )
 
 
 # -- the state table -----------------------------------------------------------------------------

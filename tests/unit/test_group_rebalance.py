@@ -10,36 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from broker.coordinator.coordinator_config import GroupConfig
-from broker.coordinator.group_metadata import (
-    GroupState,
-)
 from broker.coordinator.group_responses import NEW_MEMBER_JOIN_TIMEOUT_MS
 from client.protocol.errors import ErrorCode
-from tests.unit.group_harness import GroupEnv
-
-E = ErrorCode
-S = GroupState
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
-    S.EMPTY,
-    S.PREPARING_REBALANCE,
-    S.COMPLETING_REBALANCE,
-    S.STABLE,
-    S.DEAD,
-)
+from tests.unit.group_harness import COMPLETING, EMPTY, PREPARING, STABLE, E, GroupEnv
 
 
 @pytest.fixture
 def env() -> GroupEnv:
     return GroupEnv()
-
-
-def env_with(**config: int) -> GroupEnv:
-    return GroupEnv(
-        config=GroupConfig(
-            **{"initial_rebalance_delay_ms": 3000, "offsets_topic_num_partitions": 4, **config}
-        )
-    )
 
 
 # -- leader, metadata, protocols ---------------------------------------------------------------------
