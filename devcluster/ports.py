@@ -1,11 +1,18 @@
 """Loopback ports for a local cluster: free ones for ZooKeeper and N consecutive broker ports, a
 second block of N for the brokers' ``/metrics`` endpoints (docs/operations.md "Local cluster
-layout"), and the check that a recorded port is still free before its process starts."""
+layout"), and the check that a recorded port is still free before its process starts.
+
+Ports are chosen below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``): a port
+the kernel hands out for ``bind(0)`` is also the one it hands to the next outgoing connection's
+local end, so between choosing it and the broker binding it a client socket could take it
+(a CI run lost a cluster to exactly that: EADDRINUSE on a port chosen a second earlier)."""
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Collection
+from pathlib import Path
 
 from devcluster.errors import ClusterError
 
@@ -27,22 +34,37 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    """One free loopback port (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+LOWEST_PORT = 10000
 
 
-def free_block(count: int, avoid: Collection[int] = (), attempts: int = 200) -> int:
+def listen_port_range(ephemeral: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> range:
+    """Ports no outgoing connection is given: below the ephemeral range (or above it when it
+    starts too low to leave room)."""
+    try:
+        low, high = map(int, ephemeral.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - LOWEST_PORT >= 4096:
+        return range(LOWEST_PORT, low)
+    return range(high + 1, 65536)
+
+
+def free_port(rng: random.Random | None = None) -> int:
+    """One free loopback port outside the ephemeral range."""
+    return free_block(1, rng=rng)
+
+
+def free_block(
+    count: int, avoid: Collection[int] = (), attempts: int = 200, rng: random.Random | None = None
+) -> int:
     """A base port such that base .. base+count-1 are all free and none of them is in ``avoid``
     (ports already chosen for the same cluster but not bound yet)."""
+    rng = rng or random.Random()
+    ports = listen_port_range()
     for _ in range(attempts):
-        with socket.socket() as probe:
-            probe.bind((HOST, 0))
-            base = probe.getsockname()[1]
+        base = rng.randrange(ports.start, ports.stop - count)
         block = range(base, base + count)
-        if block[-1] <= 65535 and not set(block) & set(avoid) and all(map(_bindable, block)):
+        if not set(block) & set(avoid) and all(map(_bindable, block)):
             return base
     raise ClusterError(f"no block of {count} free loopback ports found")
 

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from cli.main import build_cli
 from devcluster.cluster import LocalCluster
 from devcluster.errors import ClusterError
-from devcluster.ports import PortInUse, free_port
+from devcluster.ports import PortInUse, free_block, free_port
 from devcluster.state import render_properties
 
 pytestmark = pytest.mark.integration
@@ -43,25 +43,9 @@ SESSION_TIMEOUT_S = 6  # the runner's default zookeeper.session.timeout.ms
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def free_port_range(count: int, attempts: int = 50) -> int:
+def free_port_range(count: int) -> int:
     """A base port such that base .. base+count-1 are all free on 127.0.0.1."""
-    for _ in range(attempts):
-        base = free_port()
-        if base + count - 1 > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports found")
+    return free_block(count)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
