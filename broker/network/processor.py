@@ -7,7 +7,8 @@ the body is buffered), asks the :class:`~broker.network.memory_pool.MemoryPool` 
 bytes once its length is in (``queued.max.request.bytes``; until the pool grants them the
 connection stops reading, so at most one socket read of a frame is buffered ungranted; the grant
 is released when the request is answered), decodes the header (no readable correlation id: close), validates the body (bad shape, unknown
-API, unsupported version: an error response at once, the connection stays usable), and puts a
+API, unsupported version: an error response at once, the connection stays usable; the listener's
+:mod:`wire codec <broker.network.wire_codec>` decides), and puts a
 :class:`Request` on the :class:`RequestChannel`. While that request is in flight the connection is
 *muted*: further frames stay in the decoder, and reading pauses once more than
 ``MUTED_BUFFER_BYTES`` are waiting, so responses leave in request order. Reading also pauses while
@@ -29,7 +30,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from broker.network.log_limiter import LogLimiter
 from broker.network.memory_pool import MemoryPool
@@ -37,9 +38,8 @@ from broker.network.metrics import NetworkMetrics
 from broker.network.quotas import ConnectionQuotas
 from broker.network.receive import FrameReceive
 from broker.network.request_channel import Request, RequestChannel, Response
-from client.protocol.api import ApiKey, UnsupportedVersion, error_body, validate_request
-from client.protocol.errors import ErrorCode, ProtocolError
-from client.protocol.framing import FrameTooLarge, decode_request, encode_response
+from broker.network.wire_codec import MSGPACK_CODEC, FrameRejected, WireCodec
+from client.protocol.framing import FrameTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,10 @@ class Connection(asyncio.Protocol):
         index: int,
         listener_name: str = "PLAINTEXT",
         address: str = "?",
+        codec: WireCodec = MSGPACK_CODEC,
     ) -> None:
         self.processor = processor
+        self.codec = codec
         self.quotas = quotas  # the acceptor counted this connection from ``address`` already
         self.index = index
         self.listener_name = listener_name
@@ -207,33 +209,29 @@ class Connection(asyncio.Protocol):
 
     def _handle_frame(self, payload: bytes) -> None:
         try:
-            header, raw_body = decode_request(payload)
-        except ProtocolError as exc:
-            self._reject("bad_header", "%s", exc, close=True)
+            decoded = self.codec.decode(payload)
+        except FrameRejected as exc:
+            if exc.answer is not None:
+                self.write(exc.answer)
+            self._reject(exc.kind, "%s", exc, close=exc.close)
             return
-        try:
-            body = validate_request(header.api_key, header.api_version, raw_body)
-        except UnsupportedVersion as exc:
-            self._answer_error(
-                header.correlation_id, ErrorCode.UNSUPPORTED_VERSION, "unsupported_version", str(exc)
+        except Exception as exc:  # a codec bug must not take the connection's processor down
+            self._reject(
+                "bad_header", "cannot decode the frame: %s: %s", exc.__class__.__name__, exc, close=True
             )
             return
-        except ProtocolError as exc:  # InvalidBody, UnknownApi
-            self._answer_error(header.correlation_id, ErrorCode.INVALID_REQUEST, "invalid_request", str(exc))
-            return
-        except Exception as exc:  # a validator bug must not take the connection's processor down
-            message = f"cannot validate the request: {exc.__class__.__name__}: {exc}"[:500]
-            self._answer_error(header.correlation_id, ErrorCode.INVALID_REQUEST, "invalid_request", message)
-            return
+        header = decoded.header
         request = Request(
             header=header,
-            api_key=ApiKey(header.api_key),
-            body=body,
+            api_key=decoded.api_key,
+            body=decoded.body,
             connection_id=self.connection_id,
             client_address=self.client_address,
             processor_id=self.processor.id,
             received_ms=self.processor.monotonic() * 1000,
             listener_name=self.listener_name,
+            codec=self.codec,
+            codec_context=decoded.context,
             _channel=self.processor.channel,
         )
         self.in_flight = request
@@ -297,10 +295,6 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
     # -- rejections and idleness ------------------------------------------------------------------
-    def _answer_error(self, correlation_id: int, code: ErrorCode, kind: str, message: str) -> None:
-        self._reject(kind, "answered %s: %s", code.name, message)
-        self.write(encode_response(correlation_id, error_body(code, message)))
-
     def _reject(self, kind: str, reason: str, *args: object, close: bool = False) -> None:
         self.rejected += 1
         if self.processor.metrics is not None:
@@ -348,9 +342,12 @@ class Processor:
         log_limiter: LogLimiter | None = None,
         pool: MemoryPool | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        codecs: Mapping[str, WireCodec] | None = None,
     ) -> None:
-        """``monotonic`` times requests (seconds; the simulator passes its virtual clock)."""
+        """``monotonic`` times requests (seconds; the simulator passes its virtual clock);
+        ``codecs`` maps a listener name to its wire codec (msgpack when absent)."""
         self.id = processor_id
+        self.codecs = dict(codecs or {})
         self.monotonic = monotonic
         self.channel = channel
         self.max_frame_bytes = max_frame_bytes
@@ -375,7 +372,8 @@ class Processor:
     ) -> Connection:
         """The protocol for a socket from ``address`` the acceptor of ``listener_name`` just
         accepted (and counted in ``quotas``)."""
-        return Connection(self, quotas, index, listener_name, address)
+        codec = self.codecs.get(listener_name, MSGPACK_CODEC)
+        return Connection(self, quotas, index, listener_name, address, codec)
 
     def connection_event(self, listener_name: str, event: str) -> None:
         """Kafka's connection-creation and connection-close meters, per listener."""

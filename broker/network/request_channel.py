@@ -22,9 +22,11 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from broker.network.wire_codec import MSGPACK_CODEC, WireCodec
 from client.protocol.api import ApiKey
-from client.protocol.framing import RequestHeader, encode_response
+from client.protocol.framing import RequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ class Request:
     received_ms: float
     #: The listener (KIP-103) whose acceptor took the connection: Metadata answers with it.
     listener_name: str = "PLAINTEXT"
+    #: The listener's wire codec (broker/network/wire_codec.py) and what it kept of the request.
+    codec: WireCodec = MSGPACK_CODEC
+    codec_context: Any = field(default=None, repr=False)
     _channel: RequestChannel | None = field(default=None, repr=False)
     _responded: bool = field(default=False, init=False, repr=False)
 
@@ -65,7 +70,7 @@ class Request:
         the request still counts as unanswered."""
         if self._already_answered("respond"):
             return
-        payload = encode_response(self.header.correlation_id, body)
+        payload = self.codec.encode_response(self.header, self.api_key, body, self.codec_context)
         self._complete(Response(self, payload))
 
     def no_response(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -27,6 +27,7 @@ from broker.network.metrics import NetworkMetrics
 from broker.network.processor import Processor
 from broker.network.quotas import ConnectionQuotas
 from broker.network.request_channel import RequestChannel
+from broker.network.wire_codec import WireCodec
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,10 @@ class SocketServer:
         metrics: NetworkMetrics | None = None,
         acceptor_factory: AcceptorFactory = Acceptor,
         monotonic: Callable[[], float] = time.monotonic,
+        codecs: Mapping[str, WireCodec] | None = None,
     ) -> None:
+        """``codecs``: the wire codec of each listener by name (broker/network/wire_codec.py;
+        msgpack for a listener not named)."""
         for name in (
             "num_network_threads",
             "num_io_threads",
@@ -94,6 +98,7 @@ class SocketServer:
         self.metrics = metrics
         self.acceptor_factory = acceptor_factory
         self.monotonic = monotonic
+        self.codecs = dict(codecs or {})
         #: Listener name -> bound port, once started (Kafka's SocketServer.boundPort).
         self.bound_ports: dict[str, int] = {lst.name: lst.port for lst in config.listeners}
         self.channel: RequestChannel | None = None
@@ -146,6 +151,7 @@ class SocketServer:
                 LogLimiter(logging.getLogger(f"{Processor.__module__}.{i}")),
                 self.pool,
                 self.monotonic,
+                self.codecs,
             )
             for i in range(config.num_network_threads)
         ]
