@@ -22,7 +22,13 @@ from broker.config_error import ConfigError
 from broker.config_prop import INT_MAX, LONG_MAX, Prop, props_table
 from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.coordinator.coordinator_config import GROUP_COORDINATOR_PROPERTIES, GroupConfig
-from broker.listener_config import check_unique, parse_listeners, parse_per_ip_overrides, parse_protocol_map
+from broker.listener_config import (
+    check_unique,
+    parse_listeners,
+    parse_per_ip_overrides,
+    parse_protocol_map,
+    parse_wire_protocol_map,
+)
 from broker.log import LogConfig
 from broker.log.cleaner_config import CLEANUP_POLICY_PROPERTY, LOG_CLEANER_PROPERTIES, CleanerConfig
 from broker.network import Listener, NetworkConfig
@@ -32,7 +38,9 @@ from controller.controller import ControllerConfig
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
 #: Kafka's default ``listener.security.protocol.map``: each security protocol as a listener name.
-DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+#: floodmark adds ``KAFKA:PLAINTEXT``: the listener Kafka's clients use (docs/design.md "Two wire
+#: protocols") needs no map entry of its own.
+DEFAULT_PROTOCOL_MAP = ",".join([*(f"{p}:{p}" for p in SECURITY_PROTOCOLS), "KAFKA:PLAINTEXT"])
 
 
 BROKER_PROPERTIES: dict[str, Prop] = props_table(
@@ -41,6 +49,13 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("advertised.listeners", "str", ""),
     Prop("listener.security.protocol.map", "str", DEFAULT_PROTOCOL_MAP),
     Prop("inter.broker.listener.name", "str", ""),
+    Prop(
+        "listener.wire.protocol.map",
+        "str",
+        "KAFKA:KAFKA",
+        doc="NAME:WIRE pairs: the wire protocol each listener speaks, FLOODMARK (msgpack; every listener "
+        "not named) or KAFKA (Kafka's binary protocol, for Kafka's own clients)",
+    ),
     Prop("log.dirs", "list", ["/tmp/floodmark-logs"]),
     Prop("zookeeper.connect", "str", ""),
     Prop("zookeeper.session.timeout.ms", "int", 18000, low=1000),
@@ -326,6 +341,10 @@ class BrokerConfig:
             )
         #: The listener other brokers and the controller reach this broker on (and it reaches them).
         self.inter_broker_listener_name: str = inter
+        #: Listener name -> FLOODMARK or KAFKA (``listener.wire.protocol.map``).
+        self.listener_wire_protocols: dict[str, str] = parse_wire_protocol_map(
+            self["listener.wire.protocol.map"], names, inter
+        )
 
     @classmethod
     def from_file(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -11,6 +11,7 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from broker.config_error import ConfigError
+from broker.network.wire_codec import FLOODMARK, WIRE_PROTOCOLS
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
 
 
@@ -58,6 +59,33 @@ def parse_protocol_map(value: str) -> dict[str, str]:
             raise ConfigError(f"listener.security.protocol.map maps listener {name.upper()} twice")
         out[name.upper()] = protocol.upper()
     return out
+
+
+def parse_wire_protocol_map(value: str, listener_names: Iterable[str], inter_broker: str) -> dict[str, str]:
+    """``listener.wire.protocol.map``: ``NAME:WIRE`` pairs saying which listener speaks which wire
+    protocol (``FLOODMARK``, msgpack, or ``KAFKA``, Kafka's binary protocol); a listener not named
+    speaks FLOODMARK. The inter-broker listener must: replication and the controller's requests
+    stay msgpack. Returns every listener's wire protocol by name."""
+    mapped: dict[str, str] = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        name, sep, wire = (part.strip().upper() for part in item.partition(":"))
+        if not sep or not name or wire not in WIRE_PROTOCOLS:
+            raise ConfigError(
+                f"Invalid value {item!r} in configuration listener.wire.protocol.map: expected "
+                f"NAME:WIRE with WIRE one of {', '.join(WIRE_PROTOCOLS)}"
+            )
+        if name in mapped:
+            raise ConfigError(f"listener.wire.protocol.map maps listener {name} twice")
+        mapped[name] = wire
+    if mapped.get(inter_broker, FLOODMARK) != FLOODMARK:
+        raise ConfigError(
+            f"listener.wire.protocol.map: the inter-broker listener {inter_broker} must speak FLOODMARK "
+            "(replication and the controller's requests are msgpack); give Kafka's clients a listener "
+            "of their own"
+        )
+    return {name: mapped.get(name, FLOODMARK) for name in listener_names}
 
 
 def parse_listeners(value: str, key: str, protocols: Mapping[str, str] | None) -> tuple[EndPoint, ...]:

@@ -31,6 +31,7 @@ from broker.dynamic_broker_config import BrokerConfigHandler
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
 from broker.file_budget import current_budget, log_budget, open_files
 from broker.group_apis import build_group_apis
+from broker.kafka_protocol.codec import wire_codecs
 from broker.log import LogManager
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.metadata_cache import MetadataCache
@@ -192,6 +193,7 @@ class BrokerServer:
             self.metrics,
             self.runtime.acceptor_factory,
             self.runtime.monotonic,
+            wire_codecs(cfg.listener_wire_protocols),
         )
         await self.socket_server.start()
         if cfg["metrics.port"] >= 0:

@@ -49,7 +49,8 @@ def validate(spec: Any, value: Any, path: str = "body") -> Any:
     """Check ``value`` against ``spec``; returns it with optional struct fields defaulted."""
     if isinstance(spec, str):
         ok = {
-            "int": lambda v: type(v) is int and INT64_MIN <= v <= INT64_MAX,
+            # an IntEnum (a handler's ErrorCode) is an int; a bool is not
+            "int": lambda v: isinstance(v, int) and type(v) is not bool and INT64_MIN <= v <= INT64_MAX,
             "str": lambda v: type(v) is str,
             "bytes": lambda v: type(v) is bytes,
             "bool": lambda v: type(v) is bool,

@@ -1,0 +1,156 @@
+"""The Kafka listener's wire codec: Kafka's binary protocol in, our request bodies out, and back
+(docs/design.md "Two wire protocols").
+
+Decoding a frame: the header's fixed fields first (fewer than 8 bytes: closed). Then:
+
+- an API and version the listener serves: the client id and, for a flexible version, the
+  header's tagged fields; the body by kio's compiled reader for that version (bytes left over, or
+  a body that cannot be read: closed, as Kafka closes on an InvalidRequestException); the
+  translator's body, checked against our schema, goes to the handlers;
+- ApiVersions at a version the listener does not know: answered at v0 with UNSUPPORTED_VERSION
+  and the listener's versions (KIP-511's fallback: the client retries with one it shares);
+- any other API or version kio knows (SASL, ACLs, transactions, versions not advertised):
+  answered in that API's own response shape with UNSUPPORTED_VERSION, connection kept;
+- anything else: closed.
+
+Every refusal is counted (``network_errors_total{kind}``) by the processor.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from broker.kafka_protocol import data_apis
+from broker.kafka_protocol.entities import (
+    error_entity,
+    is_flexible,
+    known_version,
+    request_reader,
+    response_writer,
+)
+from broker.kafka_protocol.header import (
+    API_VERSIONS_KEY,
+    BadHeader,
+    peek_fixed,
+    read_client_id,
+    response_header,
+)
+from broker.kafka_protocol.kafka_api import KafkaApi
+from broker.kafka_protocol.kafka_apis import api_versions_entity, build_kafka_apis
+from broker.network.wire_codec import KAFKA, MSGPACK_CODEC, Decoded, FrameRejected, WireCodec
+from client.protocol.api import ApiKey, validate_request, validate_response
+from client.protocol.errors import ErrorCode, ProtocolError
+from client.protocol.framing import LENGTH, RequestHeader
+
+#: A handler's answer to a request it refused whole (client/protocol/api.py error_body).
+_ERROR_BODY_KEYS = frozenset(("error_code", "error_message"))
+
+
+class KafkaCodec:
+    """Decodes Kafka requests into our bodies and encodes our answers as Kafka responses."""
+
+    name = KAFKA
+
+    def __init__(self, apis: dict[ApiKey, KafkaApi] | None = None) -> None:
+        self.apis = apis if apis is not None else build_kafka_apis()
+
+    # -- decoding ---------------------------------------------------------------------------------
+    def decode(self, payload: bytes) -> Decoded:
+        try:
+            api_key, version, correlation_id = peek_fixed(payload)
+        except BadHeader as exc:
+            raise FrameRejected("bad_header", str(exc), close=True) from None
+        api = self.apis.get(api_key)  # type: ignore[call-overload]
+        if api is None or not api.supports(version):
+            raise self._unsupported(api_key, version, correlation_id, api)
+        flexible = is_flexible(api_key, version)
+        try:
+            client_id, offset = read_client_id(payload, flexible)
+        except BadHeader as exc:
+            raise FrameRejected("bad_header", str(exc), close=True) from None
+        header = RequestHeader(api_key, version, correlation_id, client_id)
+        try:
+            request, size = request_reader(api_key, version)(payload, offset)
+        except Exception as exc:  # kio raises several types for garbage
+            raise FrameRejected(
+                "invalid_request",
+                f"cannot read {api.key.name} v{version}: {exc.__class__.__name__}: {exc}"[:500],
+                close=True,
+            ) from None
+        if offset + size != len(payload):
+            raise FrameRejected(
+                "invalid_request",
+                f"{api.key.name} v{version} has {len(payload) - offset - size} bytes after its body",
+                close=True,
+            )
+        if api.key is ApiKey.FETCH and data_apis.is_incremental_fetch(request):
+            raise self._answered(
+                header,
+                ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                "fetch_session_id_not_found",
+                "no fetch sessions",
+            )
+        try:
+            body = validate_request(api_key, 0, api.to_body(request, version))
+        except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
+            raise self._answered(header, ErrorCode.INVALID_REQUEST, "invalid_request", str(exc)) from None
+        return Decoded(header, api.key, body, request)
+
+    def _unsupported(
+        self, api_key: int, version: int, correlation_id: int, api: KafkaApi | None
+    ) -> FrameRejected:
+        what = f"API key {api_key}" if api is None else f"{api.key.name} v{version}"
+        message = f"{what} is not supported"
+        if api_key == API_VERSIONS_KEY:
+            entity = api_versions_entity(self.apis, 0, ErrorCode.UNSUPPORTED_VERSION)
+            answer = self._frame(api_key, 0, correlation_id, entity)
+            return FrameRejected("unsupported_version", message, answer=answer)
+        if known_version(api_key, version):
+            entity = error_entity(api_key, version, ErrorCode.UNSUPPORTED_VERSION, message)
+            answer = self._frame(api_key, version, correlation_id, entity)
+            return FrameRejected(
+                "unsupported_version", f"answered UNSUPPORTED_VERSION: {message}", answer=answer
+            )
+        return FrameRejected("unsupported_version", message, close=True)
+
+    def _answered(self, header: RequestHeader, code: ErrorCode, kind: str, message: str) -> FrameRejected:
+        entity = error_entity(header.api_key, header.api_version, code, message)
+        answer = self._frame(header.api_key, header.api_version, header.correlation_id, entity)
+        return FrameRejected(kind, f"answered {code.name}: {message}", answer=answer)
+
+    # -- encoding ---------------------------------------------------------------------------------
+    def encode_response(self, header: RequestHeader, api_key: ApiKey, body: dict, context: Any) -> bytes:
+        version = header.api_version
+        if body.keys() == _ERROR_BODY_KEYS:
+            entity = error_entity(api_key, version, body["error_code"], body["error_message"])
+        else:
+            # checked and defaulted as our own client checks it: translators see every field
+            entity = self.apis[api_key].to_response(validate_response(api_key, body), context, version)
+        return self._frame(api_key, version, header.correlation_id, entity)
+
+    @staticmethod
+    def _frame(api_key: int, version: int, correlation_id: int, entity: Any) -> bytes:
+        buffer = io.BytesIO()
+        buffer.write(b"\0\0\0\0")
+        buffer.write(response_header(api_key, correlation_id, is_flexible(api_key, version)))
+        response_writer(api_key, version)(buffer, entity)
+        frame = buffer.getbuffer()
+        LENGTH.pack_into(frame, 0, len(frame) - 4)
+        del frame
+        return buffer.getvalue()
+
+
+def wire_codecs(listener_wire_protocols: Mapping[str, str]) -> dict[str, WireCodec]:
+    """Each listener's codec by name, from ``listener.wire.protocol.map`` (one Kafka codec
+    shared by the Kafka listeners)."""
+    kafka: KafkaCodec | None = None
+    out: dict[str, WireCodec] = {}
+    for name, wire in listener_wire_protocols.items():
+        if wire == KAFKA:
+            kafka = kafka or KafkaCodec()
+            out[name] = kafka
+        else:
+            out[name] = MSGPACK_CODEC
+    return out
