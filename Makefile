@@ -6,9 +6,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: setup zookeeper docker-compose fuse test test-fast demo bench lint format clean
+.PHONY: setup zookeeper docker-compose fuse kcat test test-fast demo bench lint format clean
 
-setup: $(STAMP) zookeeper docker-compose fuse
+setup: $(STAMP) zookeeper docker-compose fuse kcat
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,18 @@ fuse:
 	      { echo "error: apt-get install fuse3 libfuse3-3 failed; install the Debian packages 'fuse3' and 'libfuse3-3'"; exit 1; }; \
 	  else \
 	    echo "error: FUSE 3 missing (fusermount3, libfuse3.so.3); run as root: apt-get install -y fuse3 libfuse3-3"; exit 1; \
+	  fi; \
+	fi
+
+# kcat (Debian; librdkafka inside) is one of the Kafka clients the Kafka listener's tests use as oracles.
+kcat:
+	@if ! command -v kcat >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the Debian kcat package (a Kafka client the Kafka listener's tests run)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null) || \
+	      { echo "error: apt-get install kcat failed; install the Debian package 'kcat'"; exit 1; }; \
+	  else \
+	    echo "error: kcat missing; run as root: apt-get install -y kcat"; exit 1; \
 	  fi; \
 	fi
 

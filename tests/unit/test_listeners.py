@@ -183,6 +183,31 @@ def test_inter_broker_listener_must_be_advertised():
         two(advertised_listeners="EXTERNAL://127.0.0.1:9092")
 
 
+def test_a_listener_named_kafka_speaks_kafkas_protocol_and_needs_no_security_map_entry():
+    cfg = config(listeners="PLAINTEXT://127.0.0.1:9092,KAFKA://127.0.0.1:9192")
+    assert cfg.listener_wire_protocols == {"PLAINTEXT": "FLOODMARK", "KAFKA": "KAFKA"}
+    assert [e.security_protocol for e in cfg.listeners] == ["PLAINTEXT", "PLAINTEXT"]
+
+
+def test_the_wire_protocol_map_names_any_listener_and_the_rest_speak_floodmark():
+    cfg = two(listener_wire_protocol_map="external:kafka")
+    assert cfg.listener_wire_protocols == {"INTERNAL": "FLOODMARK", "EXTERNAL": "KAFKA"}
+
+
+@pytest.mark.parametrize(
+    ("wire_map", "match"),
+    [
+        ("EXTERNAL:THRIFT", r"EXTERNAL:THRIFT.*listener.wire.protocol.map.*FLOODMARK, KAFKA"),
+        ("EXTERNAL", r"expected NAME:WIRE"),
+        ("EXTERNAL:KAFKA,external:FLOODMARK", r"maps listener EXTERNAL twice"),
+        ("INTERNAL:KAFKA", r"inter-broker listener INTERNAL must speak FLOODMARK"),
+    ],
+)
+def test_bad_wire_protocol_maps_are_refused(wire_map, match):
+    with pytest.raises(ConfigError, match=match):
+        two(listener_wire_protocol_map=wire_map)
+
+
 def test_registration_is_brokeridznode_v4_with_the_legacy_fields_of_the_plaintext_listener():
     endpoints = [EndPoint("INTERNAL", "broker1", 19092), EndPoint("EXTERNAL", "127.0.0.1", 9092)]
     obj = json.loads(encode_broker_registration(endpoints, 5))
