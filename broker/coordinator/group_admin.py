@@ -68,10 +68,11 @@ def describe_group(coordinator: GroupCoordinator, group_id: str) -> dict:
 def delete_groups(
     coordinator: GroupCoordinator, group_ids: list[str], respond: Callable[[dict[str, int]], None]
 ) -> None:
-    """Answers once every eligible group's tombstones are written (or failed)."""
+    """Answers once every eligible group's tombstones are written (or failed). A name given twice
+    is deleted once (Kafka's ``groupIds.distinct``)."""
     results: dict[str, int] = {}
     waiting: list[GroupMetadata] = []
-    for group_id in group_ids:
+    for group_id in dict.fromkeys(group_ids):
         error = coordinator.group_error(group_id, allow_empty=True)
         group = coordinator.manager.groups.get(group_id)
         if error is None and (group is None or group.is_(GroupState.DEAD)):

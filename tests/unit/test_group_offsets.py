@@ -277,6 +277,13 @@ def test_delete_groups_answers_per_group(env: GroupEnv) -> None:
     assert "idle" not in env.manager.groups and "busy" in env.manager.groups
 
 
+def test_a_group_named_twice_is_deleted_once(env: GroupEnv) -> None:
+    env.commit({T0: 1}, group_id="idle")
+    reply = env.delete_groups("idle", "idle")
+    assert reply.value == {"idle": E.NONE}
+    assert "idle" not in env.manager.groups
+
+
 def test_delete_waits_for_its_tombstones(env: GroupEnv) -> None:
     env.commit({T0: 1, T1: 2})
     env.append.auto = False
