@@ -33,5 +33,5 @@ RUN pip install --no-cache-dir --no-deps .
 COPY docker/broker-entrypoint.sh /usr/local/bin/broker-entrypoint
 COPY docker/broker-healthcheck.py /usr/local/lib/floodmark-healthcheck.py
 RUN chmod +x /usr/local/bin/broker-entrypoint
-EXPOSE 9092 19092
+EXPOSE 9092 9192 19092
 ENTRYPOINT ["broker-entrypoint"]

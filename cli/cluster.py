@@ -1,7 +1,9 @@
 """``floodmark cluster up|status|down|kill|start|isolate|disk``: the local cluster runner's commands
 (docs/operations.md "Local cluster layout"). ``disk`` fills or breaks a broker's disk
 (docs/operations.md, "Disk faults"). ``up`` and ``status`` print each broker's Prometheus
-``/metrics`` address (docs/operations.md "Metrics (`/metrics`)").
+``/metrics`` address (docs/operations.md "Metrics (`/metrics`)") and, beside the bootstrap
+servers, the ``kafka bootstrap servers``: the brokers' KAFKA listeners (KIP-103), which speak
+Kafka's binary protocol for kcat and confluent-kafka.
 
 This group is the operator's composition root: it is the only part of ``client`` that touches
 ``chaos`` (lazily, inside each command). Client library code never imports ``chaos``.
@@ -71,6 +73,12 @@ def cluster() -> None:
     "turns /metrics off).  [default: a free block of loopback ports, recorded in cluster.json]",
 )
 @click.option(
+    "--kafka-base-port",
+    type=click.IntRange(1, 65535),
+    help="Broker i's KAFKA listener (Kafka's wire protocol, for kcat and confluent-kafka) is on "
+    "kafka-base-port + i - 1.  [default: a free block of loopback ports, recorded in cluster.json]",
+)
+@click.option(
     "--config",
     "configs",
     multiple=True,
@@ -113,6 +121,7 @@ def up(
     zookeeper_port: int,
     base_port: int,
     metrics_base_port: int | None,
+    kafka_base_port: int | None,
     configs: tuple[str, ...],
     timeout: float,
     netns: bool,
@@ -139,8 +148,11 @@ def up(
             disk_size=(disk_size or DEFAULT_SIZE) if disk_faults else None,
             log_dirs_per_broker=log_dirs_per_broker,
             metrics_base_port=metrics_base_port,
+            kafka_base_port=kafka_base_port,
         )
     click.echo(f"bootstrap servers: {state.bootstrap}")
+    if state.kafka_bootstrap is not None:  # None: a cluster set up before the runner added KAFKA listeners
+        click.echo(f"kafka bootstrap servers: {state.kafka_bootstrap}")
     for broker in sorted(state.brokers.values(), key=lambda b: b.id):
         metrics = metrics_text(state.metrics_address(broker.id), broker.metrics_port)
         click.echo(f"broker {broker.id} metrics: {metrics}")
@@ -170,7 +182,8 @@ def status(data_dir: Path, as_json: bool) -> None:
 
 
 def format_status(report: dict[str, Any]) -> list[str]:
-    """``cluster status``'s table: ZooKeeper, the controller, then one row per broker."""
+    """``cluster status``'s table: ZooKeeper, the controller, the bootstrap servers (and the KAFKA
+    listeners' when the cluster has them), then one row per broker."""
     zk = report["zookeeper"]
     zk_health = "up (imok)" if zk["ok"] else ("not answering" if zk["alive"] else "down")
     controller = report["controller"]
@@ -184,6 +197,7 @@ def format_status(report: dict[str, Any]) -> list[str]:
             else "none"
         ),
         f"bootstrap   {report['bootstrap']}",
+        *([f"kafka bootstrap servers: {report['kafka_bootstrap']}"] if report.get("kafka_bootstrap") else []),
         "",
     ]
     metrics = {b["id"]: metrics_text(b["metrics"], b["metrics_port"]) for b in report["brokers"]}

@@ -1,11 +1,14 @@
 """The local cluster runner (docs/operations.md "Local cluster layout"): one ZooKeeper and N broker
-processes on loopback, each broker serving Prometheus ``/metrics``. ``LocalCluster`` composes the
+processes on loopback, each broker serving Prometheus ``/metrics`` and, beside its PLAINTEXT
+listener (floodmark's msgpack protocol), a ``KAFKA`` listener (KIP-103) that speaks Kafka's binary
+protocol for Kafka's own clients (``kafka_bootstrap_servers``). ``LocalCluster`` composes the
 parts of ``devcluster``: the state file (``state``), starting processes and waiting for them
 (``launch``), the status report (``report``), the broker processes (``processes``), the ZooKeeper
 process (``zookeeper``), the network namespaces (``netns``) and the ports (``ports``).
 ``LocalCluster(DIR)`` owns a data directory laid out as::
 
-    DIR/cluster.json                  the state file (ports, /metrics ports, pids, configs, bootstrap)
+    DIR/cluster.json                  the state file (ports, /metrics and KAFKA ports, pids, configs,
+                                      the bootstrap strings)
     DIR/zookeeper/                    ZooKeeper's data and zookeeper.out
     DIR/broker-<i>/server.properties  Kafka property names (docs/operations.md)
     DIR/broker-<i>/data/              the broker's log.dirs (with ``up(disk_size=...)``, a FUSE
@@ -71,6 +74,18 @@ class LocalCluster:
         return self._require_state().bootstrap
 
     @property
+    def kafka_bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` for Kafka's clients (kcat, confluent-kafka): every broker's KAFKA
+        listener. ClusterError for a cluster set up before the runner gave brokers one."""
+        kafka = self._require_state().kafka_bootstrap
+        if kafka is None:
+            raise ClusterError(
+                f"the cluster in {self.data_dir} was set up without KAFKA listeners: "
+                "set up a new one (another --data-dir, or `cluster down` and remove this one)"
+            )
+        return kafka
+
+    @property
     def zookeeper_connect(self) -> str:
         """The brokers' ``zookeeper.connect``: ``127.0.0.1:<port>`` of this cluster's ZooKeeper."""
         return f"{HOST}:{self._require_state().zookeeper.port}"
@@ -87,10 +102,12 @@ class LocalCluster:
         disk_size: str | None = None,
         log_dirs_per_broker: int = 1,
         metrics_base_port: int | None = None,
+        kafka_base_port: int | None = None,
     ) -> ClusterState:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
         Broker i serves /metrics on ``metrics_base_port + i - 1``, by default a free block of loopback
         ports; a ``metrics.port`` in ``overrides`` is the user's and is kept (-1 turns /metrics off).
+        Its KAFKA listener is on ``kafka_base_port + i - 1``, by default a third free block.
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
         ``isolate`` can cut it off the network (devcluster/netns.py). With ``disk_size`` (root only) every
         broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or make it
@@ -110,6 +127,7 @@ class LocalCluster:
             base_port,
             dict(overrides or {}),
             metrics_base_port,
+            kafka_base_port,
             netns,
             log_dirs_per_broker,
         )
@@ -136,27 +154,35 @@ class LocalCluster:
         base_port: int,
         overrides: dict[str, str],
         metrics_base_port: int | None,
+        kafka_base_port: int | None,
         netns: bool,
         log_dirs_per_broker: int,
     ) -> ClusterState:
-        """The recorded state (with a note when other overrides or a metrics base port are asked for),
-        or a new one from the arguments."""
+        """The recorded state (with a note when other overrides or a metrics or KAFKA base port are
+        asked for), or a new one from the arguments."""
         state = self.state
         if state is None:
             if netns and not netns_available():
                 raise ClusterError("network namespaces need root and iproute2 (`ip`)")
             state = self._new_state(
-                brokers, zookeeper_port, base_port, overrides, netns, log_dirs_per_broker, metrics_base_port
+                brokers,
+                zookeeper_port,
+                base_port,
+                overrides,
+                netns,
+                log_dirs_per_broker,
+                metrics_base_port,
+                kafka_base_port,
             )
         elif len(state.brokers) != brokers:
             raise ClusterError(
                 f"{self.data_dir} already holds a {len(state.brokers)}-broker cluster; "
                 f"use another --data-dir for a {brokers}-broker one"
             )
-        elif (overrides and overrides != state.overrides) or metrics_base_port is not None:
+        elif (overrides and overrides != state.overrides) or {metrics_base_port, kafka_base_port} != {None}:
             self._progress(
-                f"note: {self.data_dir} keeps its recorded ports and configs; --config and "
-                "--metrics-base-port are ignored for an existing cluster"
+                f"note: {self.data_dir} keeps its recorded ports and configs; --config, "
+                "--metrics-base-port and --kafka-base-port are ignored for an existing cluster"
             )
         self.state = state
         return state
@@ -215,6 +241,7 @@ class LocalCluster:
         netns: bool = False,
         log_dirs_per_broker: int = 1,
         metrics_base_port: int | None = None,
+        kafka_base_port: int | None = None,
     ) -> ClusterState:
         command = self._broker_command or default_broker_command()
         return new_state(
@@ -227,6 +254,7 @@ class LocalCluster:
             netns,
             log_dirs_per_broker,
             metrics_base_port,
+            kafka_base_port,
         )
 
     # -- status --------------------------------------------------------------------------------

@@ -49,14 +49,17 @@ class Launcher:
         return alive and (not check_ruok or ruok(HOST, state.zookeeper.port))
 
     def check_ports(self, state: ClusterState, brokers: Iterable[BrokerState], zookeeper: bool) -> None:
-        """PortInUse unless ZooKeeper's port (``zookeeper``) and each broker's listener and /metrics
-        ports are free on loopback; brokers in network namespaces have ports of their own."""
+        """PortInUse unless ZooKeeper's port (``zookeeper``) and each broker's listeners' (PLAINTEXT
+        and KAFKA) and /metrics ports are free on loopback; brokers in network namespaces have ports
+        of their own."""
         if zookeeper:
             check_port_free(state.zookeeper.port, "ZooKeeper")
         if state.layout is not None:
             return
         for broker in brokers:
             check_port_free(broker.port, f"broker {broker.id}")
+            if broker.kafka_port:
+                check_port_free(broker.kafka_port, f"broker {broker.id}'s KAFKA listener")
             if broker.metrics_port:
                 check_port_free(broker.metrics_port, f"broker {broker.id}'s /metrics")
 
@@ -80,9 +83,10 @@ class Launcher:
             )
         host = state.broker_host(broker.id)
         metrics = state.metrics_address(broker.id)
+        kafka = f"KAFKA listener on {host}:{broker.kafka_port}, " if broker.kafka_port else ""
         self._progress(
             f"starting broker {broker.id} on {host}:{broker.port} "
-            f"({f'metrics on {metrics}, ' if metrics else ''}log in {broker.out})"
+            f"({kafka}{f'metrics on {metrics}, ' if metrics else ''}log in {broker.out})"
         )
         prefix = state.layout.exec_prefix(broker.id) if state.layout is not None else []
         popen = launch_broker(

@@ -1,5 +1,6 @@
 """Loopback ports for a local cluster: free ones for ZooKeeper and N consecutive broker ports, a
-second block of N for the brokers' ``/metrics`` endpoints (docs/operations.md "Local cluster
+second block of N for the brokers' ``/metrics`` endpoints and a third for their ``KAFKA``
+listeners (KIP-103 named listeners, Kafka's own wire protocol; docs/operations.md "Local cluster
 layout"), and the check that a recorded port is still free before its process starts.
 
 Ports are chosen below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``): a port
@@ -67,6 +68,21 @@ def free_block(
         if not set(block) & set(avoid) and all(map(_bindable, block)):
             return base
     raise ClusterError(f"no block of {count} free loopback ports found")
+
+
+def choose_block(
+    count: int, what: str, taken: Collection[int], taken_what: str, base: int | None = None
+) -> list[int]:
+    """``count`` consecutive ports for ``what``: ``base`` .. ``base + count - 1`` when the user gave
+    ``base``, else a free block clear of ``taken`` (the cluster's ports chosen so far, described
+    by ``taken_what`` in the error when the user's block overlaps them)."""
+    start = base if base is not None else free_block(count, avoid=taken)
+    chosen = list(range(start, start + count))
+    if chosen[-1] > 65535:
+        raise ClusterError(f"{what} ports {chosen[0]}-{chosen[-1]} run past 65535")
+    if set(chosen) & set(taken):
+        raise ClusterError(f"{what} ports {chosen[0]}-{chosen[-1]} collide with the {taken_what}")
+    return chosen
 
 
 def free_port_block(count: int, attempts: int = 200) -> int:

@@ -1,5 +1,6 @@
 """What ``floodmark cluster status`` reports (docs/operations.md "Local cluster layout"): the state
-file's view (ports, pids, configs, each broker's Prometheus ``/metrics`` address) checked against
+file's view (ports, the ``KAFKA`` listeners' bootstrap string, pids, configs, each broker's
+Prometheus ``/metrics`` address) checked against
 the processes and against ZooKeeper, where health lives as in ZooKeeper-era Kafka: a broker is
 registered when ``/brokers/ids/<id>`` exists, the controller is whoever ``/controller`` names.
 """
@@ -23,8 +24,9 @@ def controller(state: ClusterState) -> tuple[int | None, int | None]:
 
 
 def cluster_status(state: ClusterState, launcher: Launcher) -> dict[str, Any]:
-    """Per broker: process alive / paused, registered in ZooKeeper, controller, /metrics address;
-    ZooKeeper health; the controller id and epoch. A plain dict, ready for ``json.dumps``."""
+    """Per broker: its ports, process alive / paused, registered in ZooKeeper, controller, /metrics
+    address; ZooKeeper health; the controller id and epoch; the bootstrap strings (``kafka_bootstrap``:
+    the KAFKA listeners, None for an older cluster without them). A plain dict, ready for ``json.dumps``."""
     zk = state.zookeeper
     zk_ok = ruok(HOST, zk.port)
     registered: set[int] = set()
@@ -41,6 +43,7 @@ def cluster_status(state: ClusterState, launcher: Launcher) -> dict[str, Any]:
         "data_dir": state.data_dir,
         "status": state.status,
         "bootstrap": state.bootstrap,
+        "kafka_bootstrap": state.kafka_bootstrap,
         "zookeeper": {
             "port": zk.port,
             "pid": zk.pid,
@@ -60,6 +63,7 @@ def _broker_status(
     return {
         "id": broker.id,
         "port": broker.port,
+        "kafka_port": broker.kafka_port,
         "pid": broker.pid,
         "alive": alive,
         "paused": alive and launcher.procs.paused(broker.pid),

@@ -6,14 +6,18 @@ another process, acts on the same processes. It is written atomically (a temp fi
 ``os.replace``). Each broker's ``server.properties`` uses Kafka's property names
 (docs/operations.md); the keys that differ per broker (``RUNNER_KEYS``) are the runner's. Each
 broker serves Prometheus ``/metrics`` on its ``metrics.port``, by default a port of a second
-block the runner picks, unless the user's ``--config metrics.port`` says otherwise.
+block the runner picks, unless the user's ``--config metrics.port`` says otherwise. Each broker
+also has a second named listener (KIP-103), ``KAFKA``, for Kafka's own clients (kcat,
+confluent-kafka): ``listeners=PLAINTEXT://host:port,KAFKA://host:kafka_port``, its port from a
+third block. A state file written before the runner added it has no ``kafka_port`` and its
+brokers keep their single listener.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 from devcluster.disk import DiskState
 from devcluster.errors import ClusterError
 from devcluster.netns import NetnsLayout, layout_for
-from devcluster.ports import HOST, free_block
+from devcluster.ports import HOST, choose_block
 
 STATE_FILE = "cluster.json"
 DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeperServerMain's tickTime is 3000 ms: 6000 is the minimum
@@ -29,6 +33,9 @@ DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeperServerMain's tickTime is 3000 ms
 RUNNER_KEYS = ("broker.id", "listeners", "log.dirs", "zookeeper.connect")
 #: The broker's /metrics port: the runner sets one per broker unless the user's --config sets it.
 METRICS_KEY = "metrics.port"
+#: The listener Kafka's clients use: its name makes the broker speak Kafka's binary protocol on it
+#: (the broker's default ``listener.wire.protocol.map`` is ``KAFKA:KAFKA``).
+KAFKA_LISTENER = "KAFKA"
 
 
 @dataclass
@@ -54,6 +61,8 @@ class BrokerState:
     #: picks one (it logs the address in ``out``); None when it serves no /metrics (-1, or a state
     #: file written before the runner turned metrics on).
     metrics_port: int | None = None
+    #: Its ``KAFKA`` listener's port; None in a state file written before the runner gave brokers one.
+    kafka_port: int | None = None
 
     @property
     def log_dirs(self) -> list[str]:
@@ -100,12 +109,21 @@ class ClusterState:
             f"{self.broker_host(b.id)}:{b.port}" for b in sorted(self.brokers.values(), key=lambda b: b.id)
         )
 
+    @property
+    def kafka_bootstrap(self) -> str | None:
+        """The brokers' ``KAFKA`` listeners as ``bootstrap.servers`` for Kafka's clients; None for a
+        cluster set up before the runner gave brokers one."""
+        brokers = sorted(self.brokers.values(), key=lambda b: b.id)
+        addresses = [f"{self.broker_host(b.id)}:{b.kafka_port}" for b in brokers if b.kafka_port]
+        return ",".join(addresses) or None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": 1,
             "status": self.status,
             "data_dir": self.data_dir,
             "bootstrap": self.bootstrap,
+            "kafka_bootstrap": self.kafka_bootstrap,
             "zookeeper": asdict(self.zookeeper),
             "brokers": {
                 str(i): {k: v for k, v in asdict(b).items() if k != "id"} for i, b in self.brokers.items()
@@ -139,17 +157,22 @@ def render_properties(
     host: str = HOST,
     zookeeper_host: str = HOST,
     metrics_port: int | None = None,
+    kafka_port: int | None = None,
 ) -> str:
-    """A broker's server.properties: the runner's keys, a short session timeout, the runner's
-    ``metrics.port`` (when it chose one), then the user's."""
+    """A broker's server.properties: the runner's keys (``listeners`` with the ``KAFKA`` listener
+    when there is a ``kafka_port``), a short session timeout, the runner's ``metrics.port`` (when
+    it chose one), then the user's."""
     clash = sorted(set(overrides) & set(RUNNER_KEYS))
     if clash:
         raise ClusterError(
             f"--config {clash[0]} is set by the cluster runner per broker and cannot be overridden"
         )
+    listeners = [f"PLAINTEXT://{host}:{port}"]
+    if kafka_port is not None:
+        listeners.append(f"{KAFKA_LISTENER}://{host}:{kafka_port}")
     props = {
         "broker.id": str(broker_id),
-        "listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": ",".join(listeners),
         "log.dirs": ",".join(str(d) for d in (log_dir if isinstance(log_dir, list) else [log_dir])),
         "zookeeper.connect": f"{zookeeper_host}:{zookeeper_port}",
         "zookeeper.session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
@@ -167,10 +190,12 @@ def metrics_ports(
     overrides: Mapping[str, str],
     metrics_base_port: int | None = None,
     netns: bool = False,
+    avoid: Collection[int] = (),
 ) -> list[int | None]:
     """Each broker's ``metrics.port``, in broker order. The user's ``--config metrics.port`` is kept
     as it is (-1: none, 0: the broker picks); otherwise broker i gets ``metrics_base_port + i - 1``,
-    by default from a free block beside the cluster's other ports."""
+    by default from a free block beside the cluster's other ports (and ``avoid``: the ``KAFKA``
+    listeners' ports when the user chose them)."""
     if METRICS_KEY in overrides:
         if metrics_base_port is not None:
             raise ClusterError(f"--config {METRICS_KEY} and --metrics-base-port are both set: keep one")
@@ -184,16 +209,24 @@ def metrics_ports(
                 f"leave it out (each broker gets its own) or set it to -1 (off) or 0 (the broker picks)"
             )
         return [port if port >= 0 else None] * len(ports)
-    taken = [zookeeper_port, *ports]
-    base = metrics_base_port if metrics_base_port is not None else free_block(len(ports), avoid=taken)
-    chosen = [base + i for i in range(len(ports))]
-    if chosen[-1] > 65535:
-        raise ClusterError(f"metrics ports {chosen[0]}-{chosen[-1]} run past 65535")
-    if set(chosen) & set(taken):
-        raise ClusterError(
-            f"metrics ports {chosen[0]}-{chosen[-1]} collide with the ZooKeeper or broker ports"
-        )
-    return list(chosen)
+    others = "ZooKeeper, broker or KAFKA listener ports" if avoid else "ZooKeeper or broker ports"
+    return list(
+        choose_block(len(ports), "metrics", [zookeeper_port, *ports, *avoid], others, metrics_base_port)
+    )
+
+
+def kafka_ports(
+    ports: list[int],
+    zookeeper_port: int,
+    metrics: list[int | None],
+    kafka_base_port: int | None = None,
+) -> list[int]:
+    """Each broker's ``KAFKA`` listener port, in broker order: broker i gets ``kafka_base_port + i - 1``,
+    by default from a free block clear of ZooKeeper's, the brokers' and their /metrics ports."""
+    taken = [zookeeper_port, *ports, *(p for p in metrics if p)]
+    return choose_block(
+        len(ports), "KAFKA listener", taken, "ZooKeeper, broker or /metrics ports", kafka_base_port
+    )
 
 
 def new_state(
@@ -206,10 +239,11 @@ def new_state(
     netns: bool = False,
     log_dirs_per_broker: int = 1,
     metrics_base_port: int | None = None,
+    kafka_base_port: int | None = None,
 ) -> ClusterState:
     """A fresh "stopped" state for brokers 1..N on consecutive ports (and /metrics ports:
-    ``metrics_ports``); every broker's config is validated, then written, and its log dirs made,
-    before anything starts."""
+    ``metrics_ports``; ``KAFKA`` listener ports: ``kafka_ports``); every broker's config is
+    validated, then written, and its log dirs made, before anything starts."""
     if log_dirs_per_broker < 1:
         raise ClusterError("a broker needs at least one log dir")
     ports = [base_port + i for i in range(brokers)]
@@ -219,7 +253,9 @@ def new_state(
         )
     if ports[-1] > 65535:
         raise ClusterError(f"broker ports {ports[0]}-{ports[-1]} run past 65535")
-    metrics = metrics_ports(ports, zookeeper_port, overrides, metrics_base_port, netns)
+    users_kafka = range(kafka_base_port, kafka_base_port + brokers) if kafka_base_port is not None else ()
+    metrics = metrics_ports(ports, zookeeper_port, overrides, metrics_base_port, netns, avoid=users_kafka)
+    kafka = kafka_ports(ports, zookeeper_port, metrics, kafka_base_port)
     zk = ZooKeeperState(port=zookeeper_port, data_dir=str(data_dir / "zookeeper"))
     state = ClusterState(
         data_dir=str(data_dir),
@@ -230,7 +266,7 @@ def new_state(
         status="stopped",
         netns_index=layout_for(zookeeper_port).index if netns else None,
     )
-    for broker_id, (port, metrics_port) in enumerate(zip(ports, metrics, strict=True), start=1):
+    for broker_id, (port, metrics_port, kafka_port) in enumerate(zip(ports, metrics, kafka, strict=True), 1):
         home = data_dir / f"broker-{broker_id}"
         state.brokers[broker_id] = BrokerState(
             id=broker_id,
@@ -240,6 +276,7 @@ def new_state(
             out=str(home / "broker.out"),
             extra_log_dirs=[str(home / f"data-{k}") for k in range(2, log_dirs_per_broker + 1)],
             metrics_port=metrics_port,
+            kafka_port=kafka_port,
         )
     _write_configs(state, overrides)
     return state
@@ -257,6 +294,7 @@ def _write_configs(state: ClusterState, overrides: Mapping[str, str]) -> None:
             state.broker_host(b.id),
             state.zookeeper_host,
             metrics_port=None if METRICS_KEY in overrides else b.metrics_port,
+            kafka_port=b.kafka_port,
         )
         for b in state.brokers.values()
     }

@@ -5,7 +5,7 @@
 # FLOODMARK_CONF_MIN_INSYNC_REPLICAS=2 -> min.insync.replicas=2, and the listeners (KIP-103) too:
 # FLOODMARK_CONF_LISTENERS, FLOODMARK_CONF_ADVERTISED_LISTENERS,
 # FLOODMARK_CONF_LISTENER_SECURITY_PROTOCOL_MAP, FLOODMARK_CONF_INTER_BROKER_LISTENER_NAME
-# (docker-compose.yml sets INTERNAL and EXTERNAL). Without FLOODMARK_CONF_LISTENERS the broker
+# (docker-compose.yml sets INTERNAL, EXTERNAL and KAFKA). Without FLOODMARK_CONF_LISTENERS the broker
 # listens on PLAINTEXT://0.0.0.0:9092 and advertises the container's hostname.
 # The rendered file is /tmp/server.properties (the healthcheck reads its listeners there).
 set -eu

@@ -1,9 +1,11 @@
 #!/bin/sh
 # `make compose-up` / `make compose-down`: the whole compose cluster for a person, idempotent.
 #   docker/compose.sh up     engine (docker/engine.sh), images (docker/images.sh), `docker-compose up -d`,
-#                            then wait until every broker's healthcheck passes; ends with
+#                            then wait until every broker's healthcheck passes; prints
+#                            "kafka bootstrap servers: ..." for Kafka's clients (kcat,
+#                            confluent-kafka): the brokers' KAFKA listeners; ends with
 #                            "bootstrap servers: ..." for the host's CLI: the brokers' EXTERNAL
-#                            listeners, published on the host (docker-compose.yml; nothing is
+#                            listeners; both published on the host (docker-compose.yml; nothing is
 #                            added to /etc/hosts)
 #   docker/compose.sh down   `docker-compose down -v` (containers, network, volumes), and the engine
 #                            if docker/engine.sh started it
@@ -13,6 +15,7 @@ cd "$(dirname "$0")/.."
 export COMPOSE_PROJECT_NAME=floodmark
 EXTERNAL_HOST=${FLOODMARK_EXTERNAL_HOST:-127.0.0.1}
 BOOTSTRAP=$EXTERNAL_HOST:9092,$EXTERNAL_HOST:9093,$EXTERNAL_HOST:9094
+KAFKA_BOOTSTRAP=$EXTERNAL_HOST:9192,$EXTERNAL_HOST:9193,$EXTERNAL_HOST:9194
 BROKERS="floodmark-broker-1 floodmark-broker-2 floodmark-broker-3"
 STATE=${FLOODMARK_DOCKER_STATE:-/var/lib/floodmark-docker}
 
@@ -53,6 +56,7 @@ up() {
     sleep 1
   done
   say "cluster healthy in $(since "$t") (docker-compose up + healthchecks); compose-up took $(since "$t0")"
+  echo "kafka bootstrap servers: $KAFKA_BOOTSTRAP"
   echo "bootstrap servers: $BOOTSTRAP"
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("FLOODMARK_DOCKER_STATE", "/var/lib/floodmark-docker"))
 #: The brokers' EXTERNAL listeners, published on the host (docker-compose.yml): no name to resolve.
 BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+#: The brokers' KAFKA listeners (Kafka's wire protocol, for kcat and confluent-kafka), published too.
+KAFKA_BOOTSTRAP = "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"
 BROKERS = ["floodmark-broker-1", "floodmark-broker-2", "floodmark-broker-3"]
 CLI = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main"]
 ENV = {**os.environ, "FLOODMARK_BOOTSTRAP": BOOTSTRAP, "COMPOSE_PROJECT_NAME": "floodmark"}
@@ -107,6 +110,12 @@ def cluster():
 
 def test_up_is_healthy_and_idempotent(cluster):
     assert all(health(c) == "healthy" for c in [*BROKERS, "floodmark-zookeeper"])
+    assert cluster.stdout.strip().splitlines()[-2] == f"kafka bootstrap servers: {KAFKA_BOOTSTRAP}"
+    for container, address in zip(BROKERS, KAFKA_BOOTSTRAP.split(","), strict=True):
+        host, port = address.split(":")
+        socket.create_connection((host, int(port)), timeout=10).close()  # published on the host
+        bound = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=10).close()"
+        run(["docker", "exec", container, "python", "-c", bound], timeout=60)  # and the broker binds it
     again = run(["docker/compose.sh", "up"], timeout=600)
     assert again.stdout.strip().splitlines()[-1] == f"bootstrap servers: {BOOTSTRAP}"
     assert "an engine already answers" in again.stdout

@@ -1,9 +1,10 @@
 """A throwaway stand-in for the broker process, for testing the local cluster runner (SPEC 8) alone.
 
 It is NOT a broker: it takes the broker's command line (``--config FILE [--override k=v]``),
-reads the Kafka properties the runner wrote, listens on its port (accepting and dropping
-connections), registers ``/brokers/ids/<id>`` as an ephemeral znode, and runs a naive controller
-election (ephemeral ``/controller``, then ``/controller_epoch`` + 1; not fenced). It re-registers
+reads the Kafka properties the runner wrote, listens on each of its ``listeners`` (PLAINTEXT and
+KAFKA: accepting and dropping connections), registers ``/brokers/ids/<id>`` as an ephemeral
+znode, and runs a naive controller election (ephemeral ``/controller``, then
+``/controller_epoch`` + 1; not fenced). It re-registers
 after its session expires (SIGSTOP longer than the session timeout), and on SIGTERM or SIGINT closes its
 session (ephemerals go at once) and exits 0. Used only by
 tests/integration/test_local_cluster.py::test_runner_with_stand_in_broker and its neighbours.
@@ -43,13 +44,11 @@ def main() -> None:
     args = parser.parse_args()
     props = read_properties(args.config, args.override)
     broker_id = int(props["broker.id"])
-    host, port = props["listeners"].removeprefix("PLAINTEXT://").rsplit(":", 1)
-
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, int(port)))
-    listener.listen()
-    threading.Thread(target=lambda: [listener.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()
+    endpoints = [item.strip() for item in props["listeners"].split(",") if item.strip()]
+    for endpoint in endpoints:
+        listen(endpoint)
+    plaintext = next(e for e in endpoints if e.startswith("PLAINTEXT://"))
+    host, port = plaintext.removeprefix("PLAINTEXT://").rsplit(":", 1)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # TERM: `cluster kill --signal TERM`; INT: `cluster down`
@@ -63,7 +62,7 @@ def main() -> None:
             "host": host,
             "port": int(port),
             "timestamp": str(int(time.time() * 1000)),
-            "endpoints": [props["listeners"]],
+            "endpoints": endpoints,
             "jmx_port": -1,
         }
     ).encode()
@@ -83,6 +82,16 @@ def main() -> None:
     zk.stop()
     zk.close()
     print(f"stand-in broker {broker_id} stopped", flush=True)
+
+
+def listen(endpoint: str) -> None:
+    """Bind ``NAME://host:port`` and accept and drop its connections, on a daemon thread."""
+    host, port = endpoint.split("://", 1)[1].rsplit(":", 1)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, int(port)))
+    listener.listen()
+    threading.Thread(target=lambda: [listener.accept()[0].close() for _ in iter(int, 1)], daemon=True).start()
 
 
 def elect(zk: KazooClient, broker_id: int) -> None:

@@ -78,8 +78,11 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
             "file_budget",  # floodmark's extra field (docs/design.md "The file budget"); Kafka ignores it
         }
         assert reg["host"] == "127.0.0.1" and reg["jmx_port"] == -1 and isinstance(reg["timestamp"], str)
-        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{reg['port']}"] and reg["version"] == 4
-        assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+        plaintext, kafka = reg["endpoints"]  # the runner gives every broker a KAFKA listener too
+        assert plaintext == f"PLAINTEXT://127.0.0.1:{reg['port']}"
+        assert kafka.removeprefix("KAFKA://") in cluster.kafka_bootstrap_servers.split(",")
+        assert reg["version"] == 4
+        assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "KAFKA": "PLAINTEXT"}
         assert zk.get(f"/brokers/ids/{broker_id}")[1].ephemeralOwner != 0
     controller = json.loads(zk.get("/controller")[0])
     assert set(controller) == {"version", "brokerid", "timestamp"} and controller["brokerid"] in (1, 2, 3)

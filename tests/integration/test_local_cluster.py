@@ -4,7 +4,9 @@ Two kinds of test, both with the real ZooKeeper that LocalCluster starts itself:
 
 - ``test_cluster_up_three_brokers``: the real thing, ``floodmark cluster up --brokers 3`` with the
   real broker processes (``python -m broker``). It fails until the broker package can register
-  in ZooKeeper and elect a controller.
+  in ZooKeeper and elect a controller. Each broker binds and registers its second listener,
+  ``KAFKA`` (Kafka's wire protocol), on the port the runner recorded, again after a restart, where
+  kcat finds every broker.
 - ``test_runner_with_stand_in_broker`` and its neighbours: the runner alone, with
   tests/integration/stand_in_broker.py in place of the broker (it registers itself via kazoo and
   runs a naive controller election). They check the runner's own job: processes, state file,
@@ -33,6 +35,7 @@ from devcluster.cluster import LocalCluster
 from devcluster.errors import ClusterError
 from devcluster.ports import PortInUse, free_block, free_port
 from devcluster.state import render_properties
+from devcluster.zookeeper import zk_session
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +82,25 @@ def broker(status: dict[str, Any], broker_id: int) -> dict[str, Any]:
     return next(b for b in status["brokers"] if b["id"] == broker_id)
 
 
+def kafka_bootstrap_of(status: dict[str, Any]) -> str:
+    return ",".join(f"127.0.0.1:{b['kafka_port']}" for b in status["brokers"])
+
+
+def accepts(port: int) -> bool:
+    """True when something accepts a TCP connection on 127.0.0.1:port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def registered_endpoints(zk_port: int, broker_id: int) -> list[str]:
+    """``endpoints`` of /brokers/ids/<id> (BrokerIdZNode v4: every advertised listener)."""
+    with zk_session(zk_port) as client:
+        return json.loads(client.get(f"/brokers/ids/{broker_id}")[0])["endpoints"]
+
+
 # -- the real brokers ----------------------------------------------------------------------------
 
 
@@ -95,6 +117,24 @@ def test_cluster_up_three_brokers(cluster_dir: Path) -> None:
 
     status = cli_status(cluster_dir)
     assert status["status"] == "running" and status["bootstrap"] == bootstrap
+    # the KAFKA listeners: printed, bound, and registered in ZooKeeper beside PLAINTEXT
+    kafka = kafka_bootstrap_of(status)
+    lines = up.stdout.splitlines()
+    assert lines[lines.index(f"bootstrap servers: {bootstrap}") + 1] == f"kafka bootstrap servers: {kafka}"
+    assert status["kafka_bootstrap"] == kafka
+    kafka_ports = {b["id"]: b["kafka_port"] for b in status["brokers"]}
+    assert len(set(kafka_ports.values())) == 3 and not set(kafka_ports.values()) & {
+        zk_port,
+        base,
+        base + 1,
+        base + 2,
+    }
+    for i, port in kafka_ports.items():
+        assert accepts(port), f"broker {i}'s KAFKA listener on {port}"
+        endpoints = registered_endpoints(zk_port, i)
+        assert endpoints == [f"PLAINTEXT://127.0.0.1:{base + i - 1}", f"KAFKA://127.0.0.1:{port}"]
+    text = invoke("cluster", "status", "--data-dir", str(cluster_dir)).stdout
+    assert f"kafka bootstrap servers: {kafka}" in text.splitlines()
     assert status["zookeeper"]["ok"] and status["zookeeper"]["port"] == zk_port
     assert [(b["id"], b["port"], b["alive"], b["registered"]) for b in status["brokers"]] == [
         (1, base, True, True),
@@ -117,10 +157,19 @@ def test_cluster_up_three_brokers(cluster_dir: Path) -> None:
         f"broker {victim}'s ephemeral registration to expire",
     )
 
-    # start: back with the same config and data, a new pid
+    # start: back with the same config and data (the same KAFKA port, bound again), a new pid
+    assert not accepts(kafka_ports[victim])
     invoke("cluster", "start", str(victim), "--data-dir", str(cluster_dir), "--timeout", "60")
     back = broker(cli_status(cluster_dir), victim)
     assert back["alive"] and back["registered"] and back["pid"] != old_pid
+    assert back["kafka_port"] == kafka_ports[victim] and accepts(kafka_ports[victim])
+    assert f"KAFKA://127.0.0.1:{kafka_ports[victim]}" in registered_endpoints(zk_port, victim)
+    assert cli_status(cluster_dir)["kafka_bootstrap"] == kafka
+    # kcat on the KAFKA listeners is told every broker's KAFKA address (the listener it came in on)
+    listing = subprocess.run(
+        ["kcat", "-b", kafka, "-L", "-J", "-m", "30"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert sorted(b["name"] for b in json.loads(listing.stdout)["brokers"]) == kafka.split(",")
 
     # down: every process gone, data kept, state says stopped
     pids = [b["pid"] for b in cli_status(cluster_dir)["brokers"]] + [status["zookeeper"]["pid"]]
@@ -150,6 +199,9 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     assert state.bootstrap == runner.bootstrap_servers == bootstrap
     doc = json.loads((cluster_dir / "cluster.json").read_text())
     assert doc["status"] == "running" and doc["bootstrap"] == bootstrap
+    kafka_ports = {i: doc["brokers"][str(i)]["kafka_port"] for i in (1, 2, 3)}
+    kafka = ",".join(f"127.0.0.1:{kafka_ports[i]}" for i in (1, 2, 3))
+    assert doc["kafka_bootstrap"] == state.kafka_bootstrap == runner.kafka_bootstrap_servers == kafka
     assert doc["zookeeper"]["port"] == zk_port and doc["zookeeper"]["data_dir"] == str(
         cluster_dir / "zookeeper"
     )
@@ -160,12 +212,17 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
         assert entry["config"] == str(cluster_dir / f"broker-{i}" / "server.properties")
         assert entry["log_dir"] == str(cluster_dir / f"broker-{i}" / "data")
         props = Path(entry["config"]).read_text().splitlines()
-        assert f"broker.id={i}" in props and f"listeners=PLAINTEXT://127.0.0.1:{base + i - 1}" in props
+        assert f"broker.id={i}" in props
         assert f"log.dirs={entry['log_dir']}" in props and f"zookeeper.connect=127.0.0.1:{zk_port}" in props
         assert "num.partitions=3" in props
         # /metrics on by default: a port of a second block, recorded and written (issue 22 item 7)
         assert entry["metrics_port"] not in (None, zk_port, *range(base, base + 3))
         assert f"metrics.port={entry['metrics_port']}" in props
+        # the KAFKA listener (KIP-103): a port of a third block, recorded, written, bound
+        assert entry["kafka_port"] not in (zk_port, entry["metrics_port"], *range(base, base + 3))
+        listeners = f"listeners=PLAINTEXT://127.0.0.1:{base + i - 1},KAFKA://127.0.0.1:{entry['kafka_port']}"
+        assert listeners in props and accepts(entry["kafka_port"])
+        assert any(f"KAFKA listener on 127.0.0.1:{entry['kafka_port']}" in line for line in progress)
         assert "registered" in (cluster_dir / f"broker-{i}" / "broker.out").read_text()
     assert any("controller: broker" in line for line in progress)
 
@@ -177,6 +234,10 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     assert sum(b["controller"] for b in status["brokers"]) == 1 and status["controller"]["epoch"] == 1
     text = invoke("cluster", "status", "--data-dir", str(cluster_dir)).stdout
     assert f"broker {controller} (epoch 1)" in text
+    lines = text.splitlines()
+    assert lines[lines.index(f"bootstrap   {bootstrap}") + 1] == f"kafka bootstrap servers: {kafka}"
+    assert status["kafka_bootstrap"] == kafka
+    assert {b["id"]: b["kafka_port"] for b in status["brokers"]} == kafka_ports
     metrics = {i: f"http://127.0.0.1:{doc['brokers'][str(i)]['metrics_port']}/metrics" for i in (1, 2, 3)}
     assert {b["id"]: b["metrics"] for b in status["brokers"]} == metrics
     assert all(url in text for url in metrics.values())
@@ -208,10 +269,12 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     )
     assert dead.exit_code == 1 and dead.stderr == f"Error: broker {controller} is not running\n"
 
-    # start: same config, new pid, registered again
+    # start: same config (the same ports, the KAFKA one bound again), new pid, registered again
+    assert not accepts(kafka_ports[controller])
     invoke("cluster", "start", str(controller), "--data-dir", str(cluster_dir))
     back = broker(cli_status(cluster_dir), controller)
     assert back["alive"] and back["registered"] and back["pid"] != old_pid
+    assert back["kafka_port"] == kafka_ports[controller] and accepts(kafka_ports[controller])
     assert (
         json.loads((cluster_dir / "cluster.json").read_text())["brokers"][str(controller)]["pid"]
         == back["pid"]
@@ -234,9 +297,15 @@ def test_runner_with_stand_in_broker(cluster_dir: Path) -> None:
     assert not any(b["alive"] or b["registered"] for b in final["brokers"])
     assert (cluster_dir / "zookeeper").is_dir() and (cluster_dir / "broker-1" / "data").is_dir()
 
-    # up on the stopped directory: same ports and configs, running again
-    restarted = LocalCluster(cluster_dir).up(3, timeout=60)
+    # up on the stopped directory: same ports and configs, running again, printing the same lines
+    again_up = invoke("cluster", "up", "--brokers", "3", "--data-dir", str(cluster_dir), "--timeout", "60")
+    assert {f"bootstrap servers: {bootstrap}", f"kafka bootstrap servers: {kafka}"} <= set(
+        again_up.stdout.splitlines()
+    )
+    restarted = LocalCluster.load(cluster_dir).state
+    assert restarted is not None
     assert restarted.bootstrap == bootstrap and restarted.zookeeper.port == zk_port
+    assert restarted.kafka_bootstrap == kafka and all(accepts(port) for port in kafka_ports.values())
     assert {i: restarted.metrics_address(i) for i in (1, 2, 3)} == metrics
     assert all(b["alive"] and b["registered"] for b in cli_status(cluster_dir)["brokers"])
 
@@ -257,6 +326,69 @@ def test_up_refuses_a_port_in_use(cluster_dir: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr == f"Error: port {base + 1} on 127.0.0.1 (wanted for ZooKeeper) is already in use\n"
     assert "Traceback" not in result.output
+
+
+@pytest.mark.timeout(60)
+def test_up_refuses_a_kafka_port_in_use(cluster_dir: Path) -> None:
+    """Broker 2's KAFKA listener port taken: `cluster up` names it and starts nothing; once it is
+    free, the same ports are used."""
+    zk_port, base = free_port(), free_port_range(6)
+    args = ["--zookeeper-port", str(zk_port), "--base-port", str(base), "--kafka-base-port", str(base + 4)]
+    up_args = ["cluster", "up", "--brokers", "2", "--data-dir", str(cluster_dir), *args]
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", base + 5))
+        squatter.listen()
+        runner = LocalCluster(cluster_dir, broker_command=STAND_IN)
+        with pytest.raises(PortInUse, match=rf"port {base + 5} .*broker 2's KAFKA listener.* already in use"):
+            runner.up(2, zookeeper_port=zk_port, base_port=base, kafka_base_port=base + 4)
+        assert runner.state is not None and runner.state.zookeeper.pid is None
+        refused = CliRunner().invoke(build_cli(), up_args)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        f"Error: port {base + 5} on 127.0.0.1 (wanted for broker 2's KAFKA listener) is already in use\n"
+    )
+    state = LocalCluster(cluster_dir, broker_command=STAND_IN).up(
+        2, zookeeper_port=zk_port, base_port=base, kafka_base_port=base + 4, timeout=30
+    )
+    assert state.kafka_bootstrap == f"127.0.0.1:{base + 4},127.0.0.1:{base + 5}"
+    assert accepts(base + 4) and accepts(base + 5)
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_set_up_before_the_kafka_listeners_still_runs_without_them(cluster_dir: Path) -> None:
+    """A state file without kafka ports (and configs with one listener), as the runner wrote them
+    before: up, status, kill and start work; no KAFKA listener, no "kafka bootstrap servers" line."""
+    zk_port, base = free_port(), free_port_range(2)
+    runner = LocalCluster(cluster_dir, broker_command=STAND_IN)
+    state = runner._new_state(2, zk_port, base, {})  # written, not started
+    doc = state.to_json()
+    del doc["kafka_bootstrap"]
+    for i, entry in doc["brokers"].items():
+        del entry["kafka_port"]
+        config = Path(entry["config"])
+        config.write_text(
+            config.read_text().replace(f",KAFKA://127.0.0.1:{state.brokers[int(i)].kafka_port}", "")
+        )
+    (cluster_dir / "cluster.json").write_text(json.dumps(doc))
+
+    up = invoke("cluster", "up", "--brokers", "2", "--data-dir", str(cluster_dir), "--timeout", "60")
+    assert up.stdout.splitlines()[-3] == f"bootstrap servers: 127.0.0.1:{base},127.0.0.1:{base + 1}"
+    assert "kafka bootstrap servers" not in up.stdout and "KAFKA listener" not in up.stdout
+    assert "kafka bootstrap servers" not in invoke("cluster", "status", "--data-dir", str(cluster_dir)).stdout
+    status = cli_status(cluster_dir)
+    assert status["kafka_bootstrap"] is None and all(
+        b["alive"] and b["registered"] for b in status["brokers"]
+    )
+    assert {b["kafka_port"] for b in status["brokers"]} == {None}
+    with pytest.raises(ClusterError, match="was set up without KAFKA listeners"):
+        LocalCluster.load(cluster_dir).kafka_bootstrap_servers  # noqa: B018
+
+    invoke("cluster", "kill", "1", "--data-dir", str(cluster_dir))
+    invoke("cluster", "start", "1", "--data-dir", str(cluster_dir))
+    assert broker(cli_status(cluster_dir), 1)["registered"]
+    props = Path(doc["brokers"]["1"]["config"]).read_text().splitlines()
+    assert f"listeners=PLAINTEXT://127.0.0.1:{base}" in props
+    assert json.loads((cluster_dir / "cluster.json").read_text())["kafka_bootstrap"] is None
 
 
 @pytest.mark.timeout(60)
@@ -288,11 +420,11 @@ def test_up_times_out_naming_the_broker(cluster_dir: Path) -> None:
 
 
 def test_server_properties_use_kafka_names_and_user_overrides(tmp_path: Path) -> None:
-    text = render_properties(2, 9093, tmp_path / "data", 2181, {"min.insync.replicas": "2"})
+    text = render_properties(2, 9093, tmp_path / "data", 2181, {"min.insync.replicas": "2"}, kafka_port=9193)
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == [
         "broker.id=2",
-        "listeners=PLAINTEXT://127.0.0.1:9093",
+        "listeners=PLAINTEXT://127.0.0.1:9093,KAFKA://127.0.0.1:9193",
         f"log.dirs={tmp_path / 'data'}",
         "zookeeper.connect=127.0.0.1:2181",
         "zookeeper.session.timeout.ms=6000",

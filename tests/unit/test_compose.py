@@ -22,6 +22,7 @@ from broker.config import BrokerConfig
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENTRYPOINT = ROOT / "docker" / "broker-entrypoint.sh"
+COMPOSE_SH = ROOT / "docker" / "compose.sh"
 
 
 def compose_config() -> dict:
@@ -99,10 +100,10 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     assert config["min.insync.replicas"] == 2 and config["default.replication.factor"] == 3
     assert config["unclean.leader.election.enable"] is False
     # KIP-103: INTERNAL on the compose network (advertised as the service name, used between
-    # brokers), EXTERNAL for the host (advertised as 127.0.0.1 by default, its port published)
+    # brokers), EXTERNAL and KAFKA for the host (advertised as 127.0.0.1 by default, ports published)
     bound = {e.listener_name: e for e in config.listeners}
     advertised = {e.listener_name: e for e in config.advertised_listeners}
-    assert sorted(bound) == sorted(advertised) == ["EXTERNAL", "INTERNAL"]
+    assert sorted(bound) == sorted(advertised) == ["EXTERNAL", "INTERNAL", "KAFKA"]
     assert (bound["INTERNAL"].host, bound["INTERNAL"].port) == ("0.0.0.0", 19092)
     assert (advertised["INTERNAL"].host, advertised["INTERNAL"].port) == (service, 19092)
     external_port = 9091 + int(service[-1])
@@ -111,6 +112,10 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     assert config.inter_broker_listener_name == "INTERNAL"
     published = {(int(p["published"]), int(p["target"])) for p in _ports(svc)}
     assert (external_port, external_port) in published
+    kafka_port = 9191 + int(service[-1])
+    assert (bound["KAFKA"].host, bound["KAFKA"].port) == ("0.0.0.0", kafka_port)
+    assert (advertised["KAFKA"].host, advertised["KAFKA"].port) == ("127.0.0.1", kafka_port)
+    assert (kafka_port, kafka_port) in published
     assert 19092 not in {target for _, target in published}, "INTERNAL stays on the compose network"
     assert (config["metrics.port"], config["metrics.port"]) in published
     rendered = {line.split("=", 1)[0] for line in keep.read_text().splitlines() if "=" in line}
@@ -138,3 +143,30 @@ def test_every_broker_serves_metrics_on_its_own_published_port(tmp_path):
     assert len(set(metrics_ports.values())) == len(services) == 3
     header = COMPOSE.read_text().split("version:", 1)[0]
     assert all(f"127.0.0.1:{port}/metrics" in header for port in metrics_ports.values())
+
+
+def test_every_broker_publishes_its_kafka_listener_and_compose_up_prints_them(tmp_path):
+    """Each broker's KAFKA listener (Kafka's wire protocol, for kcat and confluent-kafka) has its own
+    port, 919N, published as the same port on the host and advertised as 127.0.0.1 (or
+    FLOODMARK_EXTERNAL_HOST), so a client on the host bootstraps from 127.0.0.1:9192..9194; no port
+    is published twice; `docker/compose.sh up` prints those as "kafka bootstrap servers: ...", and
+    still ends with the CLI's "bootstrap servers: ..." line."""
+    services = brokers(compose_config())
+    kafka = {}
+    for name, svc in services.items():
+        config = BrokerConfig.from_file(render(svc, tmp_path / name))
+        (endpoint,) = [e for e in config.advertised_listeners if e.listener_name == "KAFKA"]
+        assert (endpoint.host, endpoint.port) == ("127.0.0.1", 9191 + int(name[-1])), name
+        # the broker's default listener.wire.protocol.map: the listener named KAFKA speaks Kafka's protocol
+        wires = {"INTERNAL": "FLOODMARK", "EXTERNAL": "FLOODMARK", "KAFKA": "KAFKA"}
+        assert config.listener_wire_protocols == wires, name
+        kafka[name] = endpoint.port
+    published = [int(p["published"]) for svc in services.values() for p in _ports(svc)]
+    assert len(published) == len(set(published)) == 9
+    bootstrap = ",".join(f"127.0.0.1:{kafka[name]}" for name in sorted(kafka))
+    assert bootstrap == "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"
+    assert bootstrap in COMPOSE.read_text().split("version:", 1)[0]
+    script = COMPOSE_SH.read_text()
+    kafka_line = 'echo "kafka bootstrap servers: $KAFKA_BOOTSTRAP"'
+    assert "KAFKA_BOOTSTRAP=$EXTERNAL_HOST:9192,$EXTERNAL_HOST:9193,$EXTERNAL_HOST:9194" in script
+    assert script.index(kafka_line) < script.index('echo "bootstrap servers: $BOOTSTRAP"')
