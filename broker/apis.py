@@ -17,6 +17,7 @@ from kazoo.exceptions import KazooException
 
 from broker import config_admin, reassignment_admin
 from broker.api_responses import fetch_response, per_partition, produce_response
+from broker.cluster_admin_apis import ClusterAdminApis
 from broker.config import BrokerConfig, ConfigError, validate_topic_configs
 from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC
 from broker.group_apis import GroupApis
@@ -79,6 +80,7 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            **ClusterAdminApis(config, zk, metadata_cache, replica_manager, cluster_id).handlers(),
             **(group_apis.handlers() if group_apis else {}),
         }
         self.group_apis = group_apis

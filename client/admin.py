@@ -18,7 +18,8 @@ resource the broker refuses raises its KafkaError with the broker's message
 Adding partitions (KIP-195) and leader elections (KIP-460) go to the controller, with the same
 retries. Partition reassignments (KIP-455: ``alter_partition_reassignments`` and
 ``list_partition_reassignments``) go to any broker; they live in :mod:`client.reassignments`,
-mixed in here.
+mixed in here, as do ``describe_cluster`` (DescribeCluster, KIP-700), ``describe_log_dirs``
+(KIP-113) and ``incremental_alter_configs`` (KIP-339) from :mod:`client.cluster_admin`.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from client import config_bodies
+from client.cluster_admin import ClusterAdminMixin
 from client.group_admin import ConsumerGroupsMixin
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
 from client.reassignments import PartitionReassignmentsMixin
 from client.types import (
-    ClusterDescription,
     Config,
     ConfigResource,
     NewTopic,
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 _RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
 
 
-class AdminClient(PartitionReassignmentsMixin, ConsumerGroupsMixin):
+class AdminClient(ClusterAdminMixin, PartitionReassignmentsMixin, ConsumerGroupsMixin):
     def __init__(
         self,
         bootstrap_servers,
@@ -385,11 +386,6 @@ class AdminClient(PartitionReassignmentsMixin, ConsumerGroupsMixin):
             if name not in found:
                 found[name] = TopicDescription(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         return [found[name] for name in sorted(found)]
-
-    async def describe_cluster(self) -> ClusterDescription:
-        body = await self._cluster.request_metadata([])
-        brokers = sorted(parse_brokers(body).values(), key=lambda b: b.node_id)
-        return ClusterDescription(body["cluster_id"], body["controller_id"], brokers)
 
     # -- configs (KIP-133) ---------------------------------------------------------------------
     async def describe_configs(

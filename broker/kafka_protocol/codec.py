@@ -4,8 +4,9 @@
 Decoding a frame: the header's fixed fields first (fewer than 8 bytes: closed). Then:
 
 - an API and version the listener serves: the client id and, for a flexible version, the
-  header's tagged fields; the body by kio's compiled reader for that version (bytes left over, or
-  a body that cannot be read: closed, as Kafka closes on an InvalidRequestException); the
+  header's tagged fields; the body by kio's compiled reader for that version (a body that cannot
+  be read: closed, as Kafka closes on an InvalidRequestException; bytes after it are ignored, as
+  Kafka ignores them); the
   translator's body, checked against our schema, goes to the handlers;
 - ApiVersions at a version the listener does not know: answered at v0 with UNSUPPORTED_VERSION
   and the listener's versions (KIP-511's fallback: the client retries with one it shares);
@@ -18,15 +19,18 @@ Every refusal is counted (``network_errors_total{kind}``) by the processor.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Mapping
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, get_args, get_origin
 
 from broker.kafka_protocol import data_apis
 from broker.kafka_protocol.entities import (
     error_entity,
     is_flexible,
     known_version,
+    request_class,
     request_reader,
     response_writer,
 )
@@ -35,7 +39,9 @@ from broker.kafka_protocol.header import (
     BadHeader,
     peek_fixed,
     read_client_id,
+    read_uvarint,
     response_header,
+    uvarint,
 )
 from broker.kafka_protocol.kafka_api import KafkaApi
 from broker.kafka_protocol.kafka_apis import api_versions_entity, build_kafka_apis
@@ -72,19 +78,15 @@ class KafkaCodec:
             raise FrameRejected("bad_header", str(exc), close=True) from None
         header = RequestHeader(api_key, version, correlation_id, client_id)
         try:
-            request, size = request_reader(api_key, version)(payload, offset)
+            request = _read_body(api_key, version, flexible, payload, offset)
         except Exception as exc:  # kio raises several types for garbage
             raise FrameRejected(
                 "invalid_request",
                 f"cannot read {api.key.name} v{version}: {exc.__class__.__name__}: {exc}"[:500],
                 close=True,
             ) from None
-        if offset + size != len(payload):
-            raise FrameRejected(
-                "invalid_request",
-                f"{api.key.name} v{version} has {len(payload) - offset - size} bytes after its body",
-                close=True,
-            )
+        # Bytes after the body are ignored, as Kafka's parser ignores them: librdkafka 2.x sends
+        # Metadata v12 with three (a stray bool and a tagged field), and real Kafka answers it.
         if api.key is ApiKey.FETCH and data_apis.is_incremental_fetch(request):
             raise self._answered(
                 header,
@@ -140,6 +142,100 @@ class KafkaCodec:
         LENGTH.pack_into(frame, 0, len(frame) - 4)
         del frame
         return buffer.getvalue()
+
+
+# -- KIP-482: tagged fields the schema does not declare ------------------------------------------
+
+#: Wire sizes of kio's fixed-size field types.
+_FIXED_SIZES = {
+    **dict.fromkeys(("bool", "int8", "uint8"), 1),
+    **dict.fromkeys(("int16", "uint16", "error_code"), 2),
+    **dict.fromkeys(("int32", "uint32", "timedelta_i32"), 4),
+    **dict.fromkeys(("int64", "uint64", "float64", "timedelta_i64", "datetime_i64"), 8),
+    "uuid": 16,
+}
+
+
+def _read_body(api_key: int, version: int, flexible: bool, payload: bytes, offset: int) -> Any:
+    """kio's reading of the body at ``offset``. kio refuses a tagged field its schema does not
+    declare (KeyError), where Kafka skips it (KIP-482: tags are added to released versions and
+    older receivers ignore them), so such a body is read again without those fields."""
+    reader = request_reader(api_key, version)
+    try:
+        return reader(payload, offset)[0]
+    except KeyError as exc:
+        if not flexible:
+            raise
+        try:
+            stripped = _without_unknown_tags(request_class(api_key, version), payload, offset)
+        except (ProtocolError, ValueError, KeyError):
+            stripped = None
+        if stripped is None:
+            raise exc from None
+    return reader(stripped, 0)[0]
+
+
+def _without_unknown_tags(cls: type, payload: bytes, offset: int) -> bytes | None:
+    """The flexible body at ``offset`` with every tagged field that ``cls`` (a kio message) or its
+    nested structs do not declare taken out, bytes after the body kept; None when there is none.
+    Raises ProtocolError, ValueError or KeyError for a body that cannot be walked."""
+    out = bytearray()
+    end, dropped = _copy_struct(cls, payload, offset, out)
+    return bytes(out) + payload[end:] if dropped else None
+
+
+def _copy_struct(cls: type, data: bytes, pos: int, out: bytearray) -> tuple[int, int]:
+    """Copy one struct (its fields, then its tagged fields but the unknown ones) into ``out``:
+    ``(offset after it, tagged fields dropped)``."""
+    dropped = 0
+    known = set()
+    for f in dataclasses.fields(cls):
+        if "tag" in f.metadata:
+            known.add(f.metadata["tag"])
+        else:
+            pos, more = _copy_value(f.type, f.metadata.get("kafka_type", ""), data, pos, out)
+            dropped += more
+    count, pos = read_uvarint(data, pos)
+    kept = []
+    for _ in range(count):
+        start = pos
+        tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        pos += size
+        if pos > len(data):
+            raise BadHeader("a tagged field says it is longer than the request")
+        if tag in known:
+            kept.append(data[start:pos])
+    out += uvarint(len(kept)) + b"".join(kept)
+    return pos, dropped + count - len(kept)
+
+
+def _copy_value(tp: Any, kafka_type: str, data: bytes, pos: int, out: bytearray) -> tuple[int, int]:
+    """Copy one field of a flexible version (compact arrays, strings and bytes) into ``out``."""
+    nullable = get_origin(tp) is UnionType
+    if nullable:
+        (tp,) = (arg for arg in get_args(tp) if arg is not NoneType)
+    if get_origin(tp) is tuple:  # a compact array: its length + 1 (0: null), then its items
+        count, end = read_uvarint(data, pos)
+        out += data[pos:end]
+        dropped = 0
+        for _ in range(count - 1):
+            end, more = _copy_value(get_args(tp)[0], kafka_type, data, end, out)
+            dropped += more
+        return end, dropped
+    if dataclasses.is_dataclass(tp):
+        if nullable:
+            raise ValueError("a nullable struct")  # none in the versions served
+        return _copy_struct(tp, data, pos, out)  # type: ignore[arg-type]
+    if kafka_type in ("string", "bytes", "records"):
+        length, end = read_uvarint(data, pos)
+        end += max(length - 1, 0)
+    else:
+        end = pos + _FIXED_SIZES[kafka_type]
+    if end > len(data):
+        raise BadHeader("a field runs past the end of the request")
+    out += data[pos:end]
+    return end, 0
 
 
 def wire_codecs(listener_wire_protocols: Mapping[str, str]) -> dict[str, WireCodec]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.kafka_protocol.admin_apis import ADMIN_APIS
 from broker.kafka_protocol.data_apis import DATA_APIS
 from broker.kafka_protocol.entities import make, response_class, response_module
 from broker.kafka_protocol.group_apis import GROUP_APIS
@@ -47,7 +48,7 @@ def api_versions_entity(table: dict[ApiKey, KafkaApi], version: int, code: int) 
 
 
 def build_kafka_apis() -> dict[ApiKey, KafkaApi]:
-    table = api_table(DATA_APIS, GROUP_APIS)
+    table = api_table(DATA_APIS, GROUP_APIS, ADMIN_APIS)
     table[ApiKey.API_VERSIONS] = KafkaApi(
         ApiKey.API_VERSIONS, *API_VERSIONS_RANGE, api_versions_body, _api_versions_response(table)
     )

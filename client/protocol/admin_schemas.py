@@ -1,7 +1,8 @@
 """Request and response schemas of the admin APIs (Kafka's protocol JSON for CreateTopics,
 DeleteTopics, DescribeConfigs and AlterConfigs (KIP-133), CreatePartitions (KIP-195),
-ElectLeaders (KIP-460), AlterPartitionReassignments and ListPartitionReassignments (KIP-455);
-docs/design.md "Wire protocol").
+ElectLeaders (KIP-460), AlterPartitionReassignments and ListPartitionReassignments (KIP-455),
+IncrementalAlterConfigs (KIP-339), DescribeCluster (KIP-700) and DescribeLogDirs (KIP-113);
+docs/design.md "Wire protocol"; docs/operations.md "Incremental changes, the cluster and log dirs").
 
 Written in the vocabulary of :mod:`client.protocol.schema`; :mod:`client.protocol.api` merges
 :data:`ADMIN_REQUESTS` and :data:`ADMIN_RESPONSES` into its ``REQUESTS`` and ``RESPONSES``.
@@ -12,10 +13,16 @@ or nothing: when any partition is refused nothing is written, the refused partit
 their error (INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION, REASSIGNMENT_IN_PROGRESS
 ...) and the others INVALID_REQUEST ``not written: ...``. ListPartitionReassignments with
 ``topics`` nil lists every reassignment in progress.
+
+IncrementalAlterConfigs changes each named config of a resource by its :class:`AlterConfigOpType`
+and leaves the others as they are; APPEND and SUBTRACT apply to list-typed configs only.
+DescribeCluster describes the brokers on the listener the request arrived on; DescribeLogDirs,
+answered by each broker about itself, each of its log dirs with the partitions in it.
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 from client.protocol.api_keys import ApiKey
@@ -23,6 +30,40 @@ from client.protocol.schema import Array, Map, Nullable, Opt
 
 #: The per-item outcome most admin responses share.
 _NAME_ERROR = {"name": "str", "error_code": "int", "error_message": Opt(Nullable("str"))}
+
+#: Kafka's value for "authorized operations not computed" (no authorizer: KIP-430's INT32_MIN).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+class AlterConfigOpType(IntEnum):
+    """IncrementalAlterConfigs ``config_operation`` (Kafka's AlterConfigOp.OpType, KIP-339)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class EndpointType(IntEnum):
+    """DescribeCluster ``endpoint_type`` (KIP-919): a ZooKeeper-era broker serves BROKER only."""
+
+    UNKNOWN = 0
+    BROKER = 1
+    CONTROLLER = 2
+
+
+#: The answer AlterConfigs and IncrementalAlterConfigs share.
+_ALTER_CONFIGS_RESPONSE = {
+    "throttle_time_ms": Opt("int", 0),
+    "responses": Array(
+        {
+            "error_code": "int",
+            "error_message": Opt(Nullable("str")),
+            "resource_type": "int",
+            "resource_name": "str",
+        }
+    ),
+}
 
 ADMIN_REQUESTS: dict[ApiKey, Any] = {
     ApiKey.CREATE_TOPICS: {
@@ -93,6 +134,27 @@ ADMIN_REQUESTS: dict[ApiKey, Any] = {
         "timeout_ms": Opt("int", 60000),
         "topics": Nullable(Array({"name": "str", "partition_indexes": Array("int")})),
     },
+    # KIP-339: each config changed by its config_operation (an AlterConfigOpType); value nil for
+    # DELETE only. The configs not named keep their overrides.
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: {
+        "resources": Array(
+            {
+                "resource_type": "int",
+                "resource_name": "str",
+                "configs": Array({"name": "str", "config_operation": "int", "value": Nullable("str")}),
+            }
+        ),
+        "validate_only": Opt("bool", False),
+    },
+    # KIP-700 (endpoint_type: KIP-919's EndpointType).
+    ApiKey.DESCRIBE_CLUSTER: {
+        "include_cluster_authorized_operations": Opt("bool", False),
+        "endpoint_type": Opt("int", int(EndpointType.BROKER)),
+    },
+    # Kafka's DescribeLogDirs (KIP-113): topics nil = every partition the broker holds.
+    ApiKey.DESCRIBE_LOG_DIRS: {
+        "topics": Nullable(Array({"topic": "str", "partitions": Array("int")})),
+    },
 }
 
 ADMIN_RESPONSES: dict[ApiKey, Any] = {
@@ -121,17 +183,8 @@ ADMIN_RESPONSES: dict[ApiKey, Any] = {
             }
         ),
     },
-    ApiKey.ALTER_CONFIGS: {
-        "throttle_time_ms": Opt("int", 0),
-        "responses": Array(
-            {
-                "error_code": "int",
-                "error_message": Opt(Nullable("str")),
-                "resource_type": "int",
-                "resource_name": "str",
-            }
-        ),
-    },
+    ApiKey.ALTER_CONFIGS: _ALTER_CONFIGS_RESPONSE,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _ALTER_CONFIGS_RESPONSE,
     ApiKey.CREATE_PARTITIONS: {"throttle_time_ms": Opt("int", 0), "results": Array(_NAME_ERROR)},
     ApiKey.ELECT_LEADERS: {
         "throttle_time_ms": Opt("int", 0),
@@ -173,6 +226,42 @@ ADMIN_RESPONSES: dict[ApiKey, Any] = {
                         "removing_replicas": Array("int"),
                     }
                 ),
+            }
+        ),
+    },
+    ApiKey.DESCRIBE_CLUSTER: {
+        "throttle_time_ms": Opt("int", 0),
+        "error_code": "int",
+        "error_message": Opt(Nullable("str")),
+        "endpoint_type": Opt("int", int(EndpointType.BROKER)),
+        "cluster_id": Nullable("str"),
+        "controller_id": "int",
+        "brokers": Array({"broker_id": "int", "host": "str", "port": "int", "rack": Opt(Nullable("str"))}),
+        "cluster_authorized_operations": Opt("int", AUTHORIZED_OPERATIONS_OMITTED),
+    },
+    ApiKey.DESCRIBE_LOG_DIRS: {
+        "throttle_time_ms": Opt("int", 0),
+        "error_code": Opt("int", 0),
+        "results": Array(
+            {
+                "error_code": "int",
+                "log_dir": "str",
+                "topics": Array(
+                    {
+                        "name": "str",
+                        "partitions": Array(
+                            {
+                                "partition_index": "int",
+                                "partition_size": "int",
+                                "offset_lag": "int",
+                                "is_future_key": "bool",
+                            }
+                        ),
+                    }
+                ),
+                # KIP-827 (v4): the file system's size and the bytes left to use; -1 unknown
+                "total_bytes": Opt("int", -1),
+                "usable_bytes": Opt("int", -1),
             }
         ),
     },

@@ -81,6 +81,8 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 #: Errors after which the same request may succeed if retried (after a metadata refresh where the

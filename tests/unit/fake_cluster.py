@@ -7,7 +7,8 @@ DeleteTopics / CreatePartitions / ApiVersions / InitProducerId, the KIP-455 reas
 (AlterPartitionReassignments, ListPartitionReassignments: tests/unit/fake_reassignments.py, kept
 in :attr:`FakeCluster.reassignments` until :meth:`FakeCluster.complete_reassignments`) and
 DescribeConfigs / AlterConfigs of topics and dynamic broker configs (tests/unit/fake_configs.py,
-kept in :attr:`FakeCluster.topic_configs` and :attr:`FakeCluster.broker_configs`), stamps
+kept in :attr:`FakeCluster.topic_configs` and :attr:`FakeCluster.broker_configs`),
+DescribeCluster / DescribeLogDirs / IncrementalAlterConfigs (tests/unit/fake_cluster_admin.py), stamps
 offsets into the batches it stores (as a leader would), and lets a test inject faults:
 per-partition error codes for the next produce or fetch attempts, dropping a connection before or
 after handling a request (a lost request or a lost response), moving a leader, moving the
@@ -39,6 +40,7 @@ from client.protocol.records import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from tests.unit.fake_cluster_admin import FakeClusterAdmin
 from tests.unit.fake_configs import RATE_KEYS, FakeConfigs
 from tests.unit.fake_reassignments import FakeReassignments
 
@@ -61,7 +63,7 @@ class Received:
     body: dict
 
 
-class FakeCluster(FakeReassignments, FakeConfigs):
+class FakeCluster(FakeClusterAdmin, FakeReassignments, FakeConfigs):
     def __init__(self, node_ids: tuple[int, ...] = (1, 2, 3), controller_id: int | None = None) -> None:
         self.node_ids = node_ids
         self.controller_id = node_ids[0] if controller_id is None else controller_id

@@ -58,8 +58,9 @@ def one_error_line(result: Any, exit_code: int = 1) -> str:
 
 
 def sent(fake: FakeCluster) -> list[ApiKey]:
-    """What the command asked of the cluster beyond reading metadata."""
-    return [r.api_key for r in fake.requests if r.api_key not in (ApiKey.METADATA, ApiKey.API_VERSIONS)]
+    """What the command asked of the cluster beyond reading metadata (DescribeCluster included)."""
+    reads = (ApiKey.METADATA, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER)
+    return [r.api_key for r in fake.requests if r.api_key not in reads]
 
 
 # -- --generate ----------------------------------------------------------------------------------
