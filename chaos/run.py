@@ -11,6 +11,7 @@ item 3).
    that records every leadership change, and the seeded fault schedule, for ``duration_s``;
    with ``consumers`` (``--consumers N``), a consumer group reading the topic meanwhile, whose
    members the ``consumer`` fault crashes (chaos/consumers.py; its own ledger, R/consumed/).
+   ``client`` (``--client``): floodmark's producers and consumers, or librdkafka's (chaos/clients.py).
 4. Heal everything (a ``reassign`` fault's move: wait until no reassignment is in progress,
    chaos/reassign.py), wait until every partition has a leader and a full ISR. A heal that fails
    does not end the run (issue 19 item 7): the injector records it (``heal_failed`` on the
@@ -32,21 +33,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chaos.clients import CLIENTS, Clients, RunningWorkload
 from chaos.consumers import ConsumerGroup, finish
 from chaos.disk_budget import DiskPlan, check_fits, plan_disk
 from chaos.faults import DockerBackend, FaultBackend, LocalBackend
 from chaos.injector import FaultInjector
 from chaos.reassign import PartitionMover
+from chaos.run_report import SUMMARY_FILE, append_summary, write_run_json
 from chaos.schedule import CONSUMER_FAULT_KINDS, DISK_FAULT_KINDS, Fault, make_schedule
 from chaos.serving import Served, wait_fully_replicated, wait_served
-from chaos.workload import LeadershipWatcher, Workload, WorkloadSettings, WorkloadStats
+from chaos.workload import LeadershipWatcher, WorkloadSettings, WorkloadStats
 from client.admin import AdminClient
 from client.protocol.errors import ErrorCode, KafkaError
 from devcluster.cluster import LocalCluster
@@ -62,7 +64,6 @@ CHAOS_BROKER_SETTINGS = {
     "controlled.shutdown.retry.backoff.ms": "1000",
 }
 PAUSE_OVER_SESSION = 1.5  # a pause lasts this many session timeouts: the session does expire
-SUMMARY_FILE = "summary.md"  # the verification's report (docs/operations.md); the run adds its own facts
 
 
 @dataclass
@@ -88,6 +89,8 @@ class ChaosSettings:
     ledger_format: str = "parquet"  # ledger/format.py: Parquet chunks, or "jsonl" (the old form)
     delivery_timeout_ms: int = 60_000  # the workload's producers': how long a record may stay unresolved
     consumers: int = 0  # members of the group reading the topic (chaos/consumers.py); 0: none
+    client: str = "floodmark"  # or "kafka": librdkafka producers and consumers (chaos/clients.py)
+    kafka_bootstrap: str | None = None  # the docker backend's KAFKA listener, for client "kafka"
 
 
 @dataclass
@@ -233,6 +236,8 @@ async def run_chaos(settings: ChaosSettings, say: Say, verifier: Verifier | None
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     if settings.backend not in ("local", "docker"):
         raise ValueError(f"unknown backend {settings.backend!r}: local or docker")
+    if settings.client not in CLIENTS:
+        raise ValueError(f"unknown client {settings.client!r}: {' or '.join(CLIENTS)}")
     cluster = LocalCluster(settings.data_dir, progress=say) if settings.backend == "local" else None
     starting: asyncio.Future | None = None
     try:
@@ -267,6 +272,7 @@ async def _run(
     plan: DiskPlan | None,
 ) -> ChaosResult:
     bootstrap, backend, log_dirs = await _backend(settings, cluster, say)
+    clients = Clients.of(settings.client, bootstrap, cluster, settings.kafka_bootstrap)
     await ensure_topic(bootstrap, settings, say)
     await wait_fully_replicated(bootstrap, settings.topic, 60, say)
     pause_s = _session_timeout_ms(settings) / 1000 * PAUSE_OVER_SESSION
@@ -280,7 +286,7 @@ async def _run(
         "disks": plan.as_dict() if plan is not None else None,
         "schedule": [f.as_dict() for f in schedule],
     }
-    _write_run_json(settings.report_dir, run_doc)
+    write_run_json(settings.report_dir, run_doc)
     say(f"fault schedule (seed {settings.seed}):")
     for fault in schedule:
         say(f"  {fault.describe()}")
@@ -288,12 +294,12 @@ async def _run(
     run_id = f"{settings.seed}-{int(time.time())}-{os.getpid()}"
     group = None
     if settings.consumers:
-        group = ConsumerGroup.open(
-            settings.report_dir, bootstrap, settings.topic, settings.consumers, run_id, say
+        group = clients.group(
+            settings.report_dir, settings.topic, settings.consumers, run_id, say, settings.duration_s
         )
     try:
         stats, injector = await _workload_under_faults(
-            settings, bootstrap, backend, schedule, say, run_id, group
+            settings, clients, backend, schedule, say, run_id, group
         )
         unhealed = injector.unhealed()
         served = await _after_heal(settings, bootstrap, injector, unhealed, say)
@@ -320,9 +326,9 @@ async def _run(
         moves=_moves(injector),
         consumers=consumed,
     )
-    _write_run_json(settings.report_dir, {**run_doc, "outcome": result.outcome()})
+    write_run_json(settings.report_dir, {**run_doc, "outcome": result.outcome()})
     if result.heal_failures or offline:
-        _append_summary(settings.report_dir / SUMMARY_FILE, result)
+        append_summary(settings.report_dir / SUMMARY_FILE, result)
     return result
 
 
@@ -372,7 +378,7 @@ async def _after_heal(
 
 async def _workload_under_faults(
     settings: ChaosSettings,
-    bootstrap: str,
+    clients: Clients,
     backend: FaultBackend,
     schedule: list[Fault],
     say: Say,
@@ -382,9 +388,9 @@ async def _workload_under_faults(
     """The workload, the leadership watcher, the consumer group (started here, ended by the
     caller after its drain) and the fault schedule for the run's duration, then the heal of
     everything and the outcome of every record in flight."""
+    bootstrap = clients.bootstrap
     with LedgerWriter(settings.report_dir, format=settings.ledger_format) as ledger:
-        workload = Workload(
-            bootstrap,
+        workload = clients.workload(
             WorkloadSettings(
                 settings.topic,
                 run_id,
@@ -451,41 +457,13 @@ def _moves(injector: FaultInjector) -> dict[str, int]:
     return {"completed": done, "refused": len(injector.refused_moves), "unfinished": unfinished}
 
 
-def _write_run_json(report_dir: Path, doc: dict) -> None:
-    (report_dir / "run.json").write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def _append_summary(path: Path, result: ChaosResult) -> None:
-    """The run's own facts under the verification's summary (written here when it did not run)."""
-    lines = ["", "## The chaos run", ""]
-    if result.heal_failures:
-        lines += [
-            f"**{len(result.heal_failures)} heal(s) failed**; still faulted at the end: "
-            f"{', '.join(result.unhealed) or 'nothing (a later heal succeeded)'}.",
-            "",
-            "| what | fault | error |",
-            "|---|---|---|",
-        ]
-        for f in result.heal_failures:
-            whom = f"broker {f['broker']}" if "broker" in f else str(f.get("target", "?"))
-            lines.append(f"| {whom} | {f['kind']} | {str(f['error']).replace('|', '/')} |")
-        lines.append("")
-    if result.verified_offline:
-        lines.append(
-            "Verified **offline** from the log dirs (the cluster could not serve every partition): "
-            "the committed log is what lies below the highest checkpointed high watermark."
-        )
-    with path.open("a", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n")
-
-
 async def _controller_id(bootstrap: str) -> int:
     async with AdminClient(bootstrap) as admin:
         return (await admin.describe_cluster()).controller_id
 
 
 async def _progress(
-    workload: Workload, injector: FaultInjector, started: float, duration_s: float, say: Say
+    workload: RunningWorkload, injector: FaultInjector, started: float, duration_s: float, say: Say
 ) -> None:
     while True:
         await asyncio.sleep(5)

@@ -144,6 +144,21 @@ def chaos() -> None:
     "they consumed and committed; the verification checks it). 0: no consumers.",
 )
 @click.option(
+    "--client",
+    type=click.Choice(["floodmark", "kafka"]),
+    default="floodmark",
+    show_default=True,
+    help="The producers and consumers: floodmark's own client, or Kafka's (confluent-kafka, librdkafka: "
+    "idempotent acks=all producers, a Range group of consumer processes) over the brokers' KAFKA "
+    "listener. The ledgers and the verification are the same.",
+)
+@click.option(
+    "--kafka-bootstrap-server",
+    "kafka_bootstrap_server",
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="The KAFKA listener to use with --client kafka and --backend docker (the local runner knows its own).",
+)
+@click.option(
     "--master", default="local[2]", show_default=True, help="Spark master URL for the verification."
 )
 @click.option(
@@ -178,6 +193,8 @@ def run_command(
     rate: float,
     writers: int,
     consumers: int,
+    client: str,
+    kafka_bootstrap_server: str | None,
     master: str,
     no_verify: bool,
     stop_cluster: bool,
@@ -186,21 +203,12 @@ def run_command(
     """Write with idempotent acks=all producers while brokers crash, pause, shut down and get cut
     off; heal; then verify with Spark that nothing acknowledged was lost, duplicated or diverged."""
     from chaos.run import ChaosSettings
-    from chaos.schedule import parse_fault_kinds
 
-    try:
-        kinds = parse_fault_kinds(faults)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--faults") from None
-    if backend == "docker" and "zk-pause" in kinds:
+    kinds = _fault_kinds(faults, backend, consumers)
+    if client == "kafka" and backend == "docker" and not kafka_bootstrap_server:
         raise click.BadParameter(
-            "zk-pause signals the local runner's ZooKeeper process: use --backend local",
-            param_hint="--faults",
-        )
-    if "consumer" in kinds and consumers < 1:
-        raise click.BadParameter(
-            "the consumer fault crashes a member of the run's consumer group: add --consumers N (N >= 1)",
-            param_hint="--faults",
+            "--client kafka with --backend docker needs --kafka-bootstrap-server (the KAFKA listener)",
+            param_hint="--client",
         )
     settings = ChaosSettings(
         data_dir=data_dir,
@@ -217,6 +225,8 @@ def run_command(
         overrides=parse_pairs(configs, "--config"),
         writers=writers,
         consumers=consumers,
+        client=client,
+        kafka_bootstrap=kafka_bootstrap_server,
         records_per_second=rate,
         verify=not no_verify,
         master=master,
@@ -229,6 +239,27 @@ def run_command(
         click.echo(line)
     if code:
         raise SystemExit(code)
+
+
+def _fault_kinds(faults: str, backend: str, consumers: int) -> tuple[str, ...]:
+    """``--faults`` parsed, refusing the kinds this run cannot inject (click's BadParameter)."""
+    from chaos.schedule import parse_fault_kinds
+
+    try:
+        kinds = parse_fault_kinds(faults)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if backend == "docker" and "zk-pause" in kinds:
+        raise click.BadParameter(
+            "zk-pause signals the local runner's ZooKeeper process: use --backend local",
+            param_hint="--faults",
+        )
+    if "consumer" in kinds and consumers < 1:
+        raise click.BadParameter(
+            "the consumer fault crashes a member of the run's consumer group: add --consumers N (N >= 1)",
+            param_hint="--faults",
+        )
+    return kinds
 
 
 def conclusion(result: ChaosResult) -> tuple[list[str], int]:

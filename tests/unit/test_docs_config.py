@@ -7,7 +7,9 @@ Three sections of docs/operations.md sit between ``<!-- BEGIN generated: NAME --
   (``cli.main.build_cli``), with the same option text ``--help`` prints;
 - ``broker-config``: every key of ``broker.config.BROKER_PROPERTIES`` with its type, default,
   valid values and meaning (:data:`MEANINGS`, else the property's own ``doc``);
-- ``topic-config``: every topic-level override of ``broker.config.TOPIC_TO_BROKER``.
+- ``topic-config``: every topic-level override of ``broker.config.TOPIC_TO_BROKER``;
+- ``kafka-apis``: every API the Kafka listener serves, with the versions ApiVersions advertises
+  (``broker.kafka_protocol.kafka_apis.build_kafka_apis``).
 
 The tests regenerate each section and compare it with the doc's exactly, so any change the
 generator would make (a new key, flag, default, help text or meaning) fails the suite until the
@@ -35,7 +37,7 @@ from broker.config_prop import INT_MAX, LONG_MAX, Prop
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"
-SECTIONS = ("cli", "broker-config", "topic-config")
+SECTIONS = ("cli", "broker-config", "topic-config", "kafka-apis")
 REGENERATE = ".venv/bin/python tests/unit/test_docs_config.py --write"
 
 #: What each broker property means, in Kafka's words where Kafka has the key. A key missing here
@@ -253,11 +255,22 @@ def cli_section() -> str:
     return "\n".join(parts).rstrip()
 
 
+def kafka_apis_section() -> str:
+    from broker.kafka_protocol.kafka_apis import build_kafka_apis
+
+    rows = ["| API | key | versions |", "|---|---|---|"]
+    for api in sorted(build_kafka_apis().values(), key=lambda a: a.key):
+        name = "".join(word.capitalize() for word in api.key.name.split("_"))
+        rows.append(f"| `{name}` | {int(api.key)} | {api.min_version}-{api.max_version} |")
+    return "\n".join(rows)
+
+
 def generated() -> dict[str, str]:
     return {
         "cli": cli_section(),
         "broker-config": broker_config_section(),
         "topic-config": topic_config_section(),
+        "kafka-apis": kafka_apis_section(),
     }
 
 
