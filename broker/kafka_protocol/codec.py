@@ -6,8 +6,8 @@ Decoding a frame: the header's fixed fields first (fewer than 8 bytes: closed). 
 - an API and version the listener serves: the client id and, for a flexible version, the
   header's tagged fields; the body by kio's compiled reader for that version (a body that cannot
   be read: closed, as Kafka closes on an InvalidRequestException; bytes after it are ignored, as
-  Kafka ignores them); the
-  translator's body, checked against our schema, goes to the handlers;
+  Kafka ignores them; tagged fields its schema does not declare are skipped, KIP-482, which kio
+  does not do itself); the translator's body, checked against our schema, goes to the handlers;
 - ApiVersions at a version the listener does not know: answered at v0 with UNSUPPORTED_VERSION
   and the listener's versions (KIP-511's fallback: the client retries with one it shares);
 - any other API or version kio knows (SASL, ACLs, transactions, versions not advertised):
@@ -166,10 +166,8 @@ def _read_body(api_key: int, version: int, flexible: bool, payload: bytes, offse
     except KeyError as exc:
         if not flexible:
             raise
-        try:
-            stripped = _without_unknown_tags(request_class(api_key, version), payload, offset)
-        except (ProtocolError, ValueError, KeyError):
-            stripped = None
+        # raises what is wrong with the body when it cannot be walked (a field longer than it)
+        stripped = _without_unknown_tags(request_class(api_key, version), payload, offset)
         if stripped is None:
             raise exc from None
     return reader(stripped, 0)[0]

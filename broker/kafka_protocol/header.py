@@ -48,6 +48,16 @@ def read_uvarint(payload: bytes, offset: int) -> tuple[int, int]:
     raise BadHeader("a varint longer than 5 bytes")
 
 
+def uvarint(value: int) -> bytes:
+    """``value`` (>= 0) as an unsigned varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def skip_tagged_fields(payload: bytes, offset: int) -> int:
     """Skip a tagged-field section (KIP-482): a count, then (tag, size, bytes) each."""
     count, offset = read_uvarint(payload, offset)
