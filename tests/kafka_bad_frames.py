@@ -14,10 +14,12 @@ a flipped bit may leave a valid request or spoil one).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kio.index import load_response_schema
 from kio.schema.index import api_key_map
 
 from tests.kafka_oracle import (
@@ -209,9 +211,14 @@ def version_unknown(src: FrameSource) -> BadFrame:
 
 def version_unadvertised(src: FrameSource) -> BadFrame:
     """A served API at a version Kafka defines but the broker does not advertise: answered
-    UNSUPPORTED_VERSION in that version's response."""
+    UNSUPPORTED_VERSION in that version's response when it has a top-level error code, else
+    closed (an empty Produce or Metadata answer would read as success)."""
     key, version = src.rng.choice(src.unadvertised)
-    return BadFrame("version_unadvertised", frame(src.header(key, version) + src.junk()), ANSWER, UNSUPPORTED)
+    data = frame(src.header(key, version) + src.junk())
+    fields = {f.name for f in dataclasses.fields(load_response_schema(key, version))}
+    if "error_code" in fields:
+        return BadFrame("version_unadvertised", data, ANSWER, UNSUPPORTED)
+    return BadFrame("version_unadvertised", data, CLOSE)
 
 
 def unserved_api(src: FrameSource) -> BadFrame:

@@ -10,8 +10,10 @@ Decoding a frame: the header's fixed fields first (fewer than 8 bytes: closed). 
   does not do itself); the translator's body, checked against our schema, goes to the handlers;
 - ApiVersions at a version the listener does not know: answered at v0 with UNSUPPORTED_VERSION
   and the listener's versions (KIP-511's fallback: the client retries with one it shares);
-- any other API or version kio knows (SASL, ACLs, transactions, versions not advertised):
-  answered in that API's own response shape with UNSUPPORTED_VERSION, connection kept;
+- an API the listener does not serve but kio knows (SASL, ACLs, transactions): answered in that
+  API's own response shape with UNSUPPORTED_VERSION, connection kept; a served API at a version
+  it does not advertise: the same when its response has a top-level error code, else closed (an
+  empty Produce or Metadata answer would read as success; Kafka closes);
 - anything else: closed.
 
 Every refusal is counted (``network_errors_total{kind}``) by the processor.
@@ -28,10 +30,12 @@ from typing import Any, get_args, get_origin
 from broker.kafka_protocol import data_apis
 from broker.kafka_protocol.entities import (
     error_entity,
+    has_field,
     is_flexible,
     known_version,
     request_class,
     request_reader,
+    response_class,
     response_writer,
 )
 from broker.kafka_protocol.header import (
@@ -109,7 +113,13 @@ class KafkaCodec:
             entity = api_versions_entity(self.apis, 0, ErrorCode.UNSUPPORTED_VERSION)
             answer = self._frame(api_key, 0, correlation_id, entity)
             return FrameRejected("unsupported_version", message, answer=answer)
-        if known_version(api_key, version):
+        # A served API at a version it does not advertise, whose answer has no top-level error
+        # code (Produce, Metadata, ListOffsets...): an empty answer would read as success, so the
+        # connection is closed, as Kafka closes it. A client that negotiated never gets here.
+        says_error = known_version(api_key, version) and has_field(
+            response_class(api_key, version), "error_code"
+        )
+        if known_version(api_key, version) and (api is None or says_error):
             entity = error_entity(api_key, version, ErrorCode.UNSUPPORTED_VERSION, message)
             answer = self._frame(api_key, version, correlation_id, entity)
             return FrameRejected(

@@ -88,7 +88,8 @@ async def _described(cluster, topic: str):
         description = await describe(cluster, topic)
     except Exception:
         return None
-    return description if all(p.leader >= 0 for p in description.partitions) else None
+    led = description.partitions and all(p.leader >= 0 for p in description.partitions)
+    return description if led else None
 
 
 async def _with_partitions(cluster, topic: str, count: int):
@@ -113,11 +114,14 @@ async def test_confluent_admin_describes_the_cluster_and_elects_preferred_leader
     kafka_ports = {int(a.rpartition(":")[2]) for a in cluster.kafka_bootstrap_servers.split(",")}
     assert {node.port for node in description.nodes} == kafka_ports
 
-    await asyncio.to_thread(
-        wait, client.create_topics([NewTopic("ck-elect", num_partitions=1, replication_factor=3)])
-    )
+    # the preferred replica is not the controller: killing it must not also move the controller
+    # (ElectLeaders goes to the controller librdkafka knows)
+    preferred = min({1, 2, 3} - {description.controller.id})
+    others = sorted({1, 2, 3} - {preferred})
+    new = NewTopic("ck-elect", num_partitions=1, replica_assignment=[[preferred, *others]])
+    await asyncio.to_thread(wait, client.create_topics([new]))
     state = await eventually(lambda: _described(cluster, "ck-elect"), "a leader")
-    preferred = state.partitions[0].replicas[0]
+    assert state.partitions[0].replicas == [preferred, *others]
     cluster.kill(preferred, "KILL")
     moved = await eventually(lambda: _leader_not(cluster, "ck-elect", preferred), "a new leader", 60)
     assert moved != preferred

@@ -246,12 +246,18 @@ def test_describe_acls_is_answered_unsupported_version_in_its_own_shape() -> Non
 
 
 @pytest.mark.parametrize("version", range(SERVED[0][1] + 1, ProduceRequest.max_version + 1))
-def test_a_produce_version_not_advertised_is_answered_unsupported_version(version: int) -> None:
-    """Answered without reading the body: a Produce response naming no partition (header v1)."""
+def test_a_produce_version_not_advertised_closes_the_connection(version: int) -> None:
+    """A Produce answer has no top-level error code: an empty one would read as success, so the
+    connection is closed (Kafka closes too)."""
     rejected = refused(HEAD.pack(0, version, 17) + b"\xff\xff\x00" + b"not a produce body")
+    assert (rejected.kind, rejected.close, rejected.answer) == ("unsupported_version", True, None)
+
+
+def test_a_served_api_at_an_unadvertised_version_with_a_top_level_error_is_answered() -> None:
+    """InitProducerId v5 is not advertised (v0-4) and its answer carries an error code."""
+    rejected = refused(HEAD.pack(22, 5, 21) + b"\xff\xff\x00" + b"not a body")
     assert (rejected.kind, rejected.close) == ("unsupported_version", False)
-    message = answer(rejected.answer, ProduceResponse, version)
-    assert (message.header.correlation_id, message.responses) == (17, [])
+    assert rejected.answer is not None and rejected.answer[4:8] == (21).to_bytes(4, "big")
 
 
 @pytest.mark.parametrize(
