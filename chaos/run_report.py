@@ -18,6 +18,7 @@ class ChaosResult(Protocol):
     unhealed: list
     verified_offline: bool
 
+
 SUMMARY_FILE = "summary.md"  # the verification's report (docs/operations.md); the run adds its own facts
 
 
