@@ -264,6 +264,9 @@ class Member:
 class ConsumerGroup:
     """The run's group: its members, the injector's crash and restart hooks, the drain."""
 
+    #: How long :meth:`abort` waits for each crashed member (a subclass's members may be processes).
+    ABORT_WAIT_S = 1.0
+
     def __init__(
         self, bootstrap: str, settings: GroupSettings, ledger: ConsumerLedgerWriter, say: Say
     ) -> None:
@@ -401,7 +404,7 @@ class ConsumerGroup:
         self._closed = True
         for member in self.members.values():
             member.crash()
-        await asyncio.gather(*(m.wait(1.0) for m in self.members.values()))
+        await asyncio.gather(*(m.wait(self.ABORT_WAIT_S) for m in self.members.values()))
         self.ledger.close({"group_id": self.settings.group_id, "aborted": True, **self.stats.as_dict()})
 
 

@@ -154,6 +154,8 @@ class KafkaConsumerGroup(ConsumerGroup):
     """The run's group of librdkafka member processes (see the module docstring)."""
 
     members: dict[int, KafkaMemberProcess]  # type: ignore[assignment]
+    #: abort() SIGKILLs member processes: give each a few seconds to be reaped
+    ABORT_WAIT_S = 5.0
 
     def __init__(
         self,
@@ -218,13 +220,3 @@ class KafkaConsumerGroup(ConsumerGroup):
             self.say(f"consumer group: {', '.join(unclosed)} did not close cleanly (see {self.log_dir})")
         self.ledger.close({"group_id": self.settings.group_id, **self.stats.as_dict()})
         self.say(f"consumer group: {self.stats.describe()}")
-
-    async def abort(self) -> None:
-        """On an error or a cancellation: SIGKILL every member; close the ledger."""
-        if self._closed:
-            return
-        self._closed = True
-        for member in self.members.values():
-            member.crash()
-        await asyncio.gather(*(m.wait(5.0) for m in self.members.values()))
-        self.ledger.close({"group_id": self.settings.group_id, "aborted": True, **self.stats.as_dict()})
