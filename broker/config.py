@@ -144,6 +144,8 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("controlled.shutdown.max.retries", "int", 3, low=0),
     Prop("controlled.shutdown.retry.backoff.ms", "int", 5000, low=0),
     Prop("controller.socket.timeout.ms", "int", 30000, low=1),
+    Prop("controller.request.max.partitions", "int", 1000, low=1),  # docs/design.md "The controller at scale"
+    Prop("event.loop.stall.monitor.interval.ms", "int", 100, low=0),  # broker/loop_stall.py
     Prop(
         "auto.create.topics.enable",
         "bool",
@@ -174,6 +176,8 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
         "(the default of the topic config file.delete.delay.ms).",
     ),
     Prop("log.index.size.max.bytes", "int", 10485760, low=4),
+    Prop("log.segment.open.files.max", "int", -1, low=-1),  # docs/design.md "Open files at scale"
+    Prop("max.broker.partitions", "int", INT_MAX, low=1),  # KIP-578
     Prop("message.max.bytes", "int", 1048588, low=0),
     CLEANUP_POLICY_PROPERTY,
     Prop(
@@ -450,6 +454,7 @@ class BrokerConfig:
             delete_topic_enable=self["delete.topic.enable"],
             controller_socket_timeout_ms=self["controller.socket.timeout.ms"],
             inter_broker_listener_name=self.inter_broker_listener_name,
+            request_max_partitions=self["controller.request.max.partitions"],
         )
 
     def controlled_shutdown_settings(self) -> ControlledShutdownSettings:

@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from broker.log.file_cache import SegmentFileStats
+from broker.loop_stall import STALL_BUCKETS_S, StallStats
 from client.protocol.api import ApiKey
 from zk.data import FileBudget
 
@@ -55,6 +57,8 @@ class BrokerState:
     resource_errors: dict[str, int] = field(default_factory=dict)
     file_budget: FileBudget | None = None
     open_files: int | None = None
+    #: the log manager's segment file cache (docs/design.md "Open files at scale (issue 25)")
+    segment_files: SegmentFileStats | None = None
     preferred_replica_imbalance: int = 0  # reported by the active controller
     #: KIP-73: bytes/s of throttled replication, sent as leader and fetched as follower
     leader_replication_byte_rate: float = 0.0
@@ -143,19 +147,7 @@ class _StateCollector(Collector):
         for name, count in sorted(state.resource_errors.items()):
             errors.add_metric([name], count)
         yield errors
-        if state.file_budget is not None:
-            yield _gauge(
-                "kafka_server_filebudget_openfileslimit",
-                "The open-file limit (soft RLIMIT_NOFILE) the broker runs under",
-                state.file_budget.open_files_limit,
-            )
-            yield _gauge(
-                "kafka_server_filebudget_maxreplicas",
-                "Replicas this broker's file budget holds (CreateTopics past it is refused)",
-                state.file_budget.max_replicas,
-            )
-        if state.open_files is not None:
-            yield _gauge("kafka_server_filebudget_openfiles", "File descriptors open now", state.open_files)
+        yield from self._files(state)
         yield CounterMetricFamily(
             "kafka_server_replicamanager_isrshrinks",
             "ISR shrinks written by this broker",
@@ -167,11 +159,87 @@ class _StateCollector(Collector):
             value=state.isr_expands,
         )
 
+    def _files(self, state: BrokerState) -> Iterator:
+        """The file budget and what holds descriptors now (docs/design.md "Open files at scale")."""
+        budget = state.file_budget
+        if budget is not None:
+            yield _gauge(
+                "kafka_server_filebudget_openfileslimit",
+                "The open-file limit (soft RLIMIT_NOFILE) the broker runs under",
+                budget.open_files_limit,
+            )
+            yield _gauge(
+                "kafka_server_filebudget_reserve",
+                "Descriptors kept for ZooKeeper, the controller channel, connections and checkpoints",
+                budget.reserve,
+            )
+            yield _gauge(
+                "kafka_server_filebudget_maxreplicas",
+                "Replicas this broker may hold (max.broker.partitions, or the files' bound; "
+                "CreateTopics, CreatePartitions and reassignments past it are refused)",
+                budget.max_replicas,
+            )
+        if state.open_files is not None:
+            yield _gauge("kafka_server_filebudget_openfiles", "File descriptors open now", state.open_files)
+        cache = state.segment_files
+        if cache is not None:
+            yield _gauge(
+                "kafka_log_segmentfilecache_max",
+                "Most segment .log files open at once (log.segment.open.files.max)",
+                cache.max_open,
+            )
+            yield _gauge("kafka_log_segmentfilecache_openfiles", "Segment .log files open now", cache.open)
+            yield _gauge(
+                "kafka_log_segmentfilecache_pinnedfiles",
+                "Segment .log files in use by a call now",
+                cache.pinned,
+            )
+            yield CounterMetricFamily(
+                "kafka_log_segmentfilecache_opens", "Segment .log files opened", value=cache.opens
+            )
+            yield CounterMetricFamily(
+                "kafka_log_segmentfilecache_evictions",
+                "Idle segment .log files closed as least recently used",
+                value=cache.evictions,
+            )
+            yield CounterMetricFamily(
+                "kafka_log_segmentfilecache_exhaustionevictions",
+                "Idle segment .log files closed because an open met EMFILE or ENFILE",
+                value=cache.exhaustion_evictions,
+            )
+
+
+class _LoopStallCollector(Collector):
+    """The event-loop stall monitor's figures (broker/loop_stall.py; issue 25)."""
+
+    def __init__(self, stats: Callable[[], StallStats]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator:
+        s = self.stats()
+        yield _gauge(
+            "floodmark_event_loop_stall_max_seconds",
+            "The longest the broker's event loop was held since start (a sleep woke that late)",
+            s.max_s,
+        )
+        buckets = [(f"{b:g}", n) for b, n in zip(STALL_BUCKETS_S, s.buckets, strict=True)]
+        yield HistogramMetricFamily(
+            "floodmark_event_loop_stall_seconds",
+            "How late each of the stall monitor's sleeps woke up",
+            buckets=[*buckets, ("+Inf", s.count)],
+            sum_value=s.sum_s,
+        )
+
 
 class BrokerMetrics:
     """The registry, the network sink, and the HTTP endpoint."""
 
-    def __init__(self, broker_id: int, snapshot: Callable[[], BrokerState]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        snapshot: Callable[[], BrokerState],
+        loop_stall: Callable[[], StallStats] | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
@@ -205,6 +273,8 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(snapshot))
+        if loop_stall is not None:
+            self.registry.register(_LoopStallCollector(loop_stall))
         self._server = None
         self.port: int | None = None
 

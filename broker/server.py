@@ -34,6 +34,7 @@ from broker.group_apis import build_group_apis
 from broker.kafka_protocol.codec import wire_codecs
 from broker.log import LogManager
 from broker.log.log_dir_failure import LogDirFailureChannel
+from broker.loop_stall import LoopStallMonitor
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, BrokerState, PartitionView
 from broker.network import Request, SocketServer
@@ -92,6 +93,8 @@ class BrokerServer:
         cfg = self.config
         state_change_path = Path(cfg["state.change.log.file"] or cfg.log_dirs[0].parent / "state-change.log")
         self.state_change_log = StateChangeLog(state_change_path, self.broker_id, self.time_ms)
+        # how late the loop runs, from the start (broker/loop_stall.py); None when turned off
+        self.loop_stall = LoopStallMonitor.start(cfg, self.runtime.monotonic, self._tasks)
         if not await self._load_logs():
             return
         self.zk = ZkBridge(
@@ -132,14 +135,17 @@ class BrokerServer:
         self.log_dir_failures.add_listener(
             lambda d, _msg: loop.call_soon_threadsafe(self._on_log_dir_failure, d)
         )
+        self.file_budget = current_budget(
+            resource, cfg["log.segment.open.files.max"], cfg["max.broker.partitions"]
+        )
         self.log_manager = LogManager(
             cfg.log_dirs,
             cfg.log_config(),
             self.time_ms,
             self.log_dir_failures,
             schedule_once=self.runtime.schedule_once,
+            segment_files_max=self.file_budget.segment_files,
         )
-        self.file_budget = current_budget(resource)
         await loop.run_in_executor(None, self.log_manager.load_logs)
         if self.log_dir_failures.resource_errors:  # EMFILE loading the logs: not a disk failure
             raise RuntimeError(
@@ -149,7 +155,12 @@ class BrokerServer:
         if not self.log_manager.online_log_dirs:
             self._halt_all_log_dirs_failed()
             return False
-        log_budget(self.file_budget, self.broker_id, len(self.log_manager.all_logs()))
+        log_budget(
+            self.file_budget,
+            self.broker_id,
+            len(self.log_manager.all_logs()),
+            self.log_manager.segment_file_stats.open,
+        )
         return True
 
     def _build_request_layers(self) -> None:
@@ -186,7 +197,8 @@ class BrokerServer:
     async def _start_socket_server(self) -> None:
         """The Reactor pipeline on every listener, and the metrics endpoint."""
         cfg = self.config
-        self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot)
+        stall = self.loop_stall.snapshot if self.loop_stall else None
+        self.metrics = BrokerMetrics(self.broker_id, self._metrics_snapshot, loop_stall=stall)
         self.socket_server = SocketServer(
             cfg.network_config(),
             self._handle,
@@ -238,6 +250,7 @@ class BrokerServer:
             resource_errors=self.log_dir_failures.resource_errors,
             file_budget=self.file_budget,
             open_files=open_files(),
+            segment_files=self.log_manager.segment_file_stats,
             preferred_replica_imbalance=preferred_election.preferred_replica_imbalance_count(self.controller),
             leader_replication_byte_rate=rm.quotas.leader.rate(self.time_ms()),
             follower_replication_byte_rate=rm.quotas.follower.rate(self.time_ms()),

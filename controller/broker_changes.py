@@ -51,10 +51,10 @@ async def handle_broker_change(ctl: ControllerParts, event: BrokerChange) -> Non
         except Exception:
             # the writes made go out with the context they were made in; then these brokers
             # are put back, so that the retry sees them fail again
-            ctl.batch.send(ctl.context.epoch)
+            await ctl.batch.send_async(ctl.context.epoch)
             known.update(previous)
             raise
-        ctl.batch.send(ctl.context.epoch)
+        await ctl.batch.send_async(ctl.context.epoch)
     started_ids = sorted(new_ids + bounced_ids)
     for i in started_ids:
         known[i] = current[i]
@@ -65,7 +65,7 @@ async def handle_broker_change(ctl: ControllerParts, event: BrokerChange) -> Non
         except ControllerMovedError:
             raise
         except Exception:
-            ctl.batch.send(ctl.context.epoch)
+            await ctl.batch.send_async(ctl.context.epoch)
             for i in started_ids:  # not started: the retry sees them as new brokers
                 known.pop(i, None)
             raise

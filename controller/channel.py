@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from client.connection import BrokerConnection, ConnectionFactory
 from client.protocol.api import ApiKey, InvalidBody
@@ -34,6 +36,11 @@ log = logging.getLogger(__name__)
 ResponseCallback = Callable[[int, dict], None]  # (broker id, response body)
 #: (broker id, response body, request body): LeaderAndIsr answers are read against the request.
 LeaderAndIsrCallback = Callable[[int, dict, dict], None]
+
+#: ``controller.request.max.partitions``'s default: partition states per LeaderAndIsr or
+#: UpdateMetadata request (about 200 KB of msgpack; docs/design.md "The controller at scale").
+MAX_PARTITIONS_PER_REQUEST = 1000
+T = TypeVar("T")
 
 #: Failures after which the same request is sent again on a new connection.
 _RESEND = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
@@ -242,8 +249,11 @@ class ControllerBrokerRequestBatch:
         send: Callable[[int, ApiKey, dict, ResponseCallback | None], object],
         leader_and_isr_callback: LeaderAndIsrCallback | None = None,
         listener_name: str = PLAINTEXT,
+        max_partitions: int = MAX_PARTITIONS_PER_REQUEST,
     ) -> None:
         self.controller_id = controller_id
+        #: ``controller.request.max.partitions``: partition states per LeaderAndIsr / UpdateMetadata
+        self.max_partitions = max_partitions
         self.context = context
         #: The controller's inter-broker listener: the host/port of each broker entry (KIP-103).
         self.listener_name = listener_name
@@ -312,34 +322,69 @@ class ControllerBrokerRequestBatch:
 
     # -- sending ---------------------------------------------------------------------------------
     def send(self, controller_epoch: int) -> None:
+        """Send what the batch holds and empty it (see :meth:`requests`)."""
         try:
-            for broker_id, entries in sorted(self.leader_and_isr.items()):
-                body = self.leader_and_isr_body(controller_epoch, entries)
-                body["broker_epoch"] = self._broker_epoch(broker_id)
-                self._send(
-                    broker_id,
-                    ApiKey.LEADER_AND_ISR,
-                    body,
-                    lambda b, r, body=body: self._leader_and_isr_callback(b, r, body),
-                )
-            for broker_id, partitions in sorted(self.update_metadata.items()):
-                body = self.update_metadata_body(controller_epoch, partitions)
-                body["broker_epoch"] = self._broker_epoch(broker_id)
-                self._send(broker_id, ApiKey.UPDATE_METADATA, body, log_response_errors)
-            for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
-                body = {
-                    "controller_id": self.controller_id,
-                    "controller_epoch": controller_epoch,
-                    "broker_epoch": self._broker_epoch(broker_id),
-                    "delete_partitions": delete,
-                    "partitions": [
-                        {"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)
-                    ],
-                }
-                callback = self.stop_replica_callbacks.get((broker_id, delete), log_response_errors)
-                self._send(broker_id, ApiKey.STOP_REPLICA, body, callback)
+            for broker_id, api_key, body, callback in self.requests(controller_epoch):
+                self._send(broker_id, api_key, body, callback)
         finally:
             self.clear()
+
+    async def send_async(self, controller_epoch: int) -> None:
+        """:meth:`send`, yielding to the event loop after each request when a broker's states take
+        more than one request: building and queueing 10,000 partitions' requests for every
+        broker is then never one long step (docs/design.md "The controller at
+        scale (issue 25)"). Nothing else changes the batch or the context meanwhile: only the
+        controller's event task does, and it is here. A batch that fits one request per broker
+        is sent without yielding, exactly as :meth:`send` sends it."""
+        large = self.largest_request() > self.max_partitions
+        try:
+            for broker_id, api_key, body, callback in self.requests(controller_epoch):
+                self._send(broker_id, api_key, body, callback)
+                if large:
+                    await asyncio.sleep(0)
+        finally:
+            self.clear()
+
+    def largest_request(self) -> int:
+        """The most partition states one broker's LeaderAndIsr or UpdateMetadata would carry unsplit."""
+        sizes = [len(e) for e in self.leader_and_isr.values()] + [
+            len(p) for p in self.update_metadata.values()
+        ]
+        return max(sizes, default=0)
+
+    def requests(self, controller_epoch: int) -> Iterator[tuple[int, ApiKey, dict, ResponseCallback | None]]:
+        """Each request of the batch, built when asked for: LeaderAndIsr, then UpdateMetadata, then
+        StopReplica, per broker in id order. A broker's LeaderAndIsr and UpdateMetadata states go
+        in requests of at most ``max_partitions`` partitions each
+        (``controller.request.max.partitions``), in partition order; a broker applies each on its
+        own, as Kafka's brokers do. StopReplica is not split: its entries are a name and a number,
+        and topic deletion accounts for its answers per request
+        (:class:`controller.topic_deletion.StopReplicaDeletionCallback`)."""
+        for broker_id, entries in sorted(self.leader_and_isr.items()):
+            ordered = sorted(entries.items())
+            for chunk in _chunks(ordered, self.max_partitions):
+                body = self.leader_and_isr_body(controller_epoch, dict(chunk))
+                body["broker_epoch"] = self._broker_epoch(broker_id)
+                callback = functools.partial(self._on_leader_and_isr, body=body)
+                yield broker_id, ApiKey.LEADER_AND_ISR, body, callback
+        for broker_id, partitions in sorted(self.update_metadata.items()):
+            for chunk in _chunks(sorted(partitions), self.max_partitions) or [[]]:
+                body = self.update_metadata_body(controller_epoch, chunk)
+                body["broker_epoch"] = self._broker_epoch(broker_id)
+                yield broker_id, ApiKey.UPDATE_METADATA, body, log_response_errors
+        for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
+            body = {
+                "controller_id": self.controller_id,
+                "controller_epoch": controller_epoch,
+                "broker_epoch": self._broker_epoch(broker_id),
+                "delete_partitions": delete,
+                "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions)],
+            }
+            callback = self.stop_replica_callbacks.get((broker_id, delete), log_response_errors)
+            yield broker_id, ApiKey.STOP_REPLICA, body, callback
+
+    def _on_leader_and_isr(self, broker_id: int, response: dict, body: dict) -> None:
+        self._leader_and_isr_callback(broker_id, response, body)
 
     def _broker_epoch(self, broker_id: int) -> int:
         """KIP-380: the addressee's broker epoch as this controller knows it; the broker refuses a
@@ -418,6 +463,11 @@ class ControllerBrokerRequestBatch:
         }
 
 
+def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    """``items`` in consecutive pieces of at most ``size``; none for no items."""
+    return [items[i : i + size] for i in range(0, len(items), max(1, size))]
+
+
 def error_response(code: int) -> dict:
     """The body a callback gets when a request got no usable answer: the whole request failed."""
     return {"error_code": int(code), "partitions": []}
@@ -426,12 +476,10 @@ def error_response(code: int) -> dict:
 def log_response_errors(broker_id: int, response: dict) -> None:
     if response.get("error_code"):
         log.warning("broker %s answered %s", broker_id, error_name(response["error_code"]))
+    failed: dict[int, list[str]] = {}  # one line per error code: a failover's 10,000 fenced epochs
     for p in response.get("partitions", []):
         if p.get("error_code"):
-            log.info(
-                "broker %s: %s-%s %s",
-                broker_id,
-                p.get("topic"),
-                p.get("partition"),
-                error_name(p["error_code"]),
-            )
+            failed.setdefault(p["error_code"], []).append(f"{p.get('topic')}-{p.get('partition')}")
+    for code, names in sorted(failed.items()):
+        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+        log.info("broker %s: %s for %s%s", broker_id, error_name(code), ", ".join(names[:10]), more)

@@ -82,11 +82,11 @@ from controller.log_dir_failure import LogDirFailureHandler
 from controller.partition_state_machine import PartitionStateMachine
 from controller.parts import ControllerConfig
 from controller.replica_state_machine import ReplicaStateMachine
+from zk.batch import delete_fenced
 from zk.bridge import DeleteOp, ZkBridge, is_reset_event
 from zk.client import (
     ControllerMovedError,
     create_persistent_paths,
-    delete_fenced,
     fenced_multi,
     get_controller_id,
 )
@@ -123,6 +123,7 @@ class KafkaController:
             self._send,
             leader_and_isr_callback=self._on_leader_and_isr_response,
             listener_name=config.inter_broker_listener_name,
+            max_partitions=config.request_max_partitions,
         )
         self.partition_state_machine = PartitionStateMachine(
             self.context, zk, self.batch, self.record, config.unclean_leader_election_enable
@@ -209,7 +210,7 @@ class KafkaController:
             result = await handler(event)
             self._event_failures.pop(type(event), None)
             if self._active:
-                self.batch.send(self.context.epoch)
+                await self.batch.send_async(self.context.epoch)
             return result
         except ControllerMovedError as exc:
             log.warning("controller %s: %s; resigning", self.broker_id, exc)
@@ -221,7 +222,7 @@ class KafkaController:
             if self._active:
                 # The znode writes behind what the batch holds were made: the brokers must hear of
                 # them (Kafka's state machines send each step's batch as soon as the step is done).
-                self.batch.send(self.context.epoch)
+                await self.batch.send_async(self.context.epoch)
             self._retry_later(event)
             raise
         finally:

@@ -13,11 +13,8 @@ from controller import isr_change_notifications, preferred_election, reassignmen
 from controller.channel import ControllerChannelManager
 from controller.event_manager import PreferredReplicaElection
 from controller.parts import ControllerParts
-from zk.client import (
-    create_persistent_paths,
-    get_broker,
-    get_partition_state,
-)
+from zk.batch import get_partition_states, windowed
+from zk.client import create_persistent_paths, get_broker
 from zk.data import (
     BrokerInfo,
     decode_topic_assignment,
@@ -64,8 +61,10 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
     for broker in ctl.context.live_brokers.values():
         ctl.channel.add_broker(broker)
     # 8. the state machines: every live replica learns its leadership; New and Offline partitions get leaders
-    await ctl.replica_state_machine.startup()
-    await ctl.partition_state_machine.startup()
+    # (their first writes start from the states just read: docs/design.md "The controller at scale")
+    with ctl.partition_state_machine.trusting_context():
+        await ctl.replica_state_machine.startup()
+        await ctl.partition_state_machine.startup()
     # 9-10. running as controller: every live broker gets the whole metadata
     ctl.batch.add_update_metadata(ctl.context.live_or_shutting_down_broker_ids, ctl.context.all_partitions())
     ctl.record(
@@ -93,12 +92,12 @@ async def initialize_context(ctl: ControllerParts) -> None:
     ctx.reset()
     ctx.live_brokers.update(await read_live_brokers(ctl))
     topics = await ctl.zk.get_children(BROKER_TOPICS_PATH, watch=ctl.on_topics_watch) or []
-    assignments = await asyncio.gather(*(read_assignment(ctl, t) for t in topics))
+    assignments = await windowed(topics, lambda t: read_assignment(ctl, t))
     for topic, assignment in zip(topics, assignments, strict=True):
         if assignment is not None:
             ctx.assignments[topic] = assignment
     partitions = ctx.all_partitions()
-    states = await asyncio.gather(*(get_partition_state(ctl.zk, tp) for tp in partitions))
+    states = await get_partition_states(ctl.zk, partitions)
     for tp, state in zip(partitions, states, strict=True):
         if state is not None:
             ctx.partition_leadership[tp] = state

@@ -13,7 +13,7 @@ import logging
 from client.types import TopicPartition
 from controller.event_manager import IsrChangeNotification
 from controller.parts import ControllerParts
-from zk.client import get_partition_state
+from zk.batch import get_partition_states
 from zk.data import decode_isr_change_notification
 from zk.paths import (
     ISR_CHANGE_NOTIFICATION_PATH,
@@ -55,9 +55,7 @@ async def handle_isr_change_notification(ctl: ControllerParts, event: IsrChangeN
     partitions = sorted(
         {tp for tps in named.values() for tp in tps if tp in ctl.context.partition_leadership}
     )
-    states = await asyncio.gather(
-        *(get_partition_state(ctl.zk, tp) for tp in partitions), return_exceptions=True
-    )
+    states = await get_partition_states(ctl.zk, partitions, return_exceptions=True)
     refreshed: set[TopicPartition] = set()
     for tp, state in zip(partitions, states, strict=True):
         if isinstance(state, Exception):

@@ -23,25 +23,22 @@ replicas, UpdateMetadata for every live broker. The event handler sends the batc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import Enum
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from client.types import TopicPartition
 from controller import partition_leader_election as leader_election
+from controller import state_writes
 from controller.channel import ControllerBrokerRequestBatch
 from controller.context import ControllerContext, StateChangeRecorder
 from controller.partition_leader_election import ElectionOutcome
+from zk.batch import get_partition_states, windowed
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
-from zk.client import (
-    ControllerMovedError,
-    fenced_multi,
-    get_partition_state,
-    get_topic_config,
-    resolve_leader_and_isr_write,
-)
+from zk.client import fenced_multi, get_topic_config, resolve_leader_and_isr_write
 from zk.data import NO_LEADER, LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state
 from zk.paths import partition_path, partition_state_path, topic_partitions_path
 
@@ -92,6 +89,17 @@ class PartitionStateMachine:
         self.record = record
         self.unclean_default = unclean_leader_election_enable
         self.states: dict[TopicPartition, PartitionState] = {}
+        self._trust_context = False
+
+    @contextlib.contextmanager
+    def trusting_context(self) -> Iterator[None]:
+        """Within: :meth:`update_leader_and_isr` computes its first attempt from the context's
+        states instead of reading them again (the failover read them all a moment ago)."""
+        self._trust_context = True
+        try:
+            yield
+        finally:
+            self._trust_context = False
 
     def state(self, tp: TopicPartition) -> PartitionState:
         return self.states.get(tp, PartitionState.NON_EXISTENT)
@@ -196,14 +204,11 @@ class PartitionStateMachine:
             to_create[tp] = LeaderIsrAndControllerEpoch(
                 LeaderAndIsr(live[0], 0, tuple(live), 0), self.context.epoch
             )
-        results = await asyncio.gather(
-            *(self._create_state(tp, s) for tp, s in to_create.items()), return_exceptions=True
+        results = await state_writes.create_states(
+            self.zk, self.context.epoch_zk_version, to_create, self._create_state
         )
-        moved = None
-        for tp, result in zip(to_create, results, strict=True):
-            if isinstance(result, ControllerMovedError):
-                moved = result
-            elif isinstance(result, NodeExistsError):
+        for tp, result in results.items():
+            if isinstance(result, NodeExistsError):
                 failed[tp] = "state znode already exists"
                 log.error("cannot initialize partition %s: its state znode already exists", tp)
             elif isinstance(result, BaseException):
@@ -223,8 +228,6 @@ class PartitionStateMachine:
                     reason="new partition: first live replica leads, live replicas are the ISR",
                 )
                 self.batch.add_leader_and_isr(lai.isr, tp, state, self.context.replicas(tp), is_new=True)
-        if moved is not None:
-            raise moved
         return failed
 
     async def _create_state(
@@ -335,7 +338,7 @@ class PartitionStateMachine:
 
     async def _unclean_settings(self, topics: set[str]) -> dict[str, bool]:
         """Per-topic unclean.leader.election.enable overrides (/config/topics/<t>)."""
-        configs = await asyncio.gather(*(get_topic_config(self.zk, t) for t in sorted(topics)))
+        configs = await windowed(sorted(topics), lambda t: get_topic_config(self.zk, t))
         settings = {}
         for topic, config in zip(sorted(topics), configs, strict=True):
             if UNCLEAN_CONFIG in config:
@@ -350,8 +353,18 @@ class PartitionStateMachine:
         dict[TopicPartition, ElectionOutcome],
         dict[TopicPartition, str],
     ]:
-        """For each partition: read its state znode, ``compute`` the new LeaderAndIsr, write it
-        conditionally on the zkVersion (fenced by the controller epoch); on BADVERSION, again.
+        """For each partition: ``compute`` the new LeaderAndIsr from its state, write it
+        conditionally on the zkVersion (fenced by the controller epoch, batched:
+        :func:`controller.state_writes.write_states`); on BADVERSION, read again and again.
+
+        Each attempt reads the state znodes first (Kafka's getTopicPartitionStatesRaw), except
+        the first while :meth:`trusting_context` (a failover that has just read every state):
+        then it computes from the state the context holds. The write is conditional on that
+        state's zkVersion, so it lands only if ZooKeeper still holds exactly that state, and a
+        stale one costs a BADVERSION and a read (docs/design.md "The controller at scale (issue
+        25)"). A "nothing to write" decided from the context stands: a failover decides about
+        replicas that are offline and partitions whose leader is, and since its read only a
+        leader can have changed a state, by its ISR, which an offline replica cannot join.
 
         Returns (written: new state and outcome, unchanged: outcome with nothing to write,
         failed: reason). Written states are already in the context. Raises ControllerMovedError.
@@ -360,12 +373,18 @@ class PartitionStateMachine:
         unchanged: dict[TopicPartition, ElectionOutcome] = {}
         failed: dict[TopicPartition, str] = {}
         remaining = list(partitions)
+        from_context = self._trust_context
         for _ in range(MAX_WRITE_ATTEMPTS):
             if not remaining:
                 break
-            current = await asyncio.gather(*(get_partition_state(self.zk, tp) for tp in remaining))
+            cached = (
+                {tp: self.context.partition_leadership.get(tp) for tp in remaining} if from_context else {}
+            )
+            to_read = [tp for tp in remaining if cached.get(tp) is None]
+            read = dict(zip(to_read, await get_partition_states(self.zk, to_read), strict=True))
             writes: dict[TopicPartition, tuple[LeaderAndIsr, ElectionOutcome]] = {}
-            for tp, state in zip(remaining, current, strict=True):
+            for tp in remaining:
+                state = cached.get(tp) or read[tp]
                 if state is None:
                     failed[tp] = "state znode does not exist"
                     continue
@@ -374,17 +393,20 @@ class PartitionStateMachine:
                     continue
                 self.context.partition_leadership[tp] = state
                 outcome = compute(tp, state)
-                if outcome.leader_and_isr is None:
-                    unchanged[tp] = outcome
-                else:
+                if outcome.leader_and_isr is not None:
                     writes[tp] = (outcome.leader_and_isr, outcome)
-            results = await asyncio.gather(
-                *(self._write_state(tp, lai) for tp, (lai, _) in writes.items()), return_exceptions=True
+                else:
+                    unchanged[tp] = outcome
+            results = await state_writes.write_states(
+                self.zk,
+                self.context.epoch_zk_version,
+                self.context.epoch,
+                {tp: lai for tp, (lai, _) in writes.items()},
+                self._write_state,
             )
-            remaining = []
-            for (tp, (_, outcome)), result in zip(writes.items(), results, strict=True):
-                if isinstance(result, ControllerMovedError):
-                    raise result
+            remaining, from_context = [], False
+            for tp, (_, outcome) in writes.items():
+                result = results[tp]
                 if isinstance(result, BadVersionError):
                     remaining.append(tp)
                 elif isinstance(result, NoNodeError):

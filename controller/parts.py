@@ -40,6 +40,9 @@ class ControllerConfig:
     #: KIP-103: the listener of each broker the controller connects to, and announces in
     #: LeaderAndIsr / UpdateMetadata host and port (Kafka's interBrokerListenerName).
     inter_broker_listener_name: str = "PLAINTEXT"
+    #: Partition states per LeaderAndIsr / UpdateMetadata request (controller.request.max.partitions;
+    #: docs/design.md "The controller at scale (issue 25)").
+    request_max_partitions: int = 1000
 
 
 class ControllerParts(Protocol):

@@ -12,11 +12,13 @@ Creating a topic is writing its znodes; the controller's watch on /brokers/topic
 * :func:`delete_topic`: marks the topic under /admin/delete_topics, for the controller;
 * :func:`add_partitions`: appends partitions to an existing topic (a partition count only grows:
   Kafka never removes partitions);
-* :func:`check_file_budget`: both refuse, with POLICY_VIOLATION and before anything is written,
-  new replicas that would take a broker past the file budget it published in /brokers/ids/<id>
-  (docs/design.md "The file budget"). Its count is the replicas assigned in /brokers/topics: two
-  creations racing each other can both pass it, and then the brokers meet EMFILE, which fails
-  only the operations that met it (broker/log/log_dir_failure.py).
+* :func:`check_file_budget`: both (and reassignments) refuse, with POLICY_VIOLATION as Kafka's
+  partition limits do and before anything is written, new replicas that would take a broker past
+  the budget it published in /brokers/ids/<id>: its ``max.broker.partitions`` (KIP-578), or the
+  replicas its open-file limit holds when replicas cost descriptors (an older broker; docs/design.md
+  "Open files at scale (issue 25)"). Its count is the replicas assigned in /brokers/topics: two
+  creations racing each other can both pass it; the broker then hosts them (its open files are
+  bounded by its segment file cache, not by its replicas).
 """
 
 from __future__ import annotations
@@ -124,20 +126,28 @@ def file_budget_violations(
     for broker, added in sorted(new.items()):
         budget = budgets.get(broker)
         total = hosted.get(broker, 0) + added
-        if budget is not None and added > 0 and total > budget.max_replicas:
-            problems.append(
-                f"broker {broker} would hold {total} replicas ({hosted.get(broker, 0)} assigned + "
-                f"{added} new), past its file budget of {budget.max_replicas} replicas (open-file "
-                f"limit {budget.open_files_limit}, reserve {budget.reserve}, "
+        if budget is None or added <= 0 or total <= budget.max_replicas:
+            continue
+        by_files = budget.max_replicas_by_files
+        if by_files is None or budget.max_partitions <= by_files:
+            limit = f"max.broker.partitions={budget.max_partitions}"
+        else:
+            limit = (
+                f"file budget of {by_files} replicas (open-file limit {budget.open_files_limit}, "
+                f"reserve {budget.reserve}, segment files {budget.segment_files}, "
                 f"{budget.files_per_replica} files per replica)"
             )
+        problems.append(
+            f"broker {broker} would hold {total} replicas ({hosted.get(broker, 0)} assigned + "
+            f"{added} new), past its {limit}"
+        )
     return problems
 
 
 async def check_file_budget(zk: ZkBridge, new_assignment: Mapping[int, Sequence[int]]) -> None:
     """Refuse ``new_assignment`` with POLICY_VIOLATION when it would take a registered broker past
-    its file budget, counting every replica assigned in /brokers/topics (topics being deleted
-    too: their files are still open)."""
+    its published budget (``max.broker.partitions``, or an older broker's files), counting every
+    replica assigned in /brokers/topics (topics being deleted too: their logs are still there)."""
     new = Counter(b for replicas in new_assignment.values() for b in replicas)
     brokers = await asyncio.gather(*(get_broker(zk, b) for b in sorted(new)))
     budgets = {info.id: info.file_budget for info in brokers if info is not None and info.file_budget}

@@ -6,7 +6,6 @@ dead brokers).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from client.types import TopicPartition
@@ -18,6 +17,7 @@ from controller.event_manager import (
 from controller.partition_state_machine import ElectionStrategy, PartitionState
 from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
+from zk.batch import windowed
 from zk.paths import BROKER_TOPICS_PATH
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ async def handle_topic_change(ctl: ControllerParts, event: TopicChange) -> None:
         topic_deletion.forget_topic(ctl, topic)
     if not new_topics:
         return
-    assignments = await asyncio.gather(*(failover.read_assignment(ctl, t) for t in new_topics))
+    assignments = await windowed(new_topics, lambda t: failover.read_assignment(ctl, t))
     new_partitions = []
     for topic, assignment in zip(new_topics, assignments, strict=True):
         if assignment is None:

@@ -26,6 +26,7 @@ from controller.event_manager import (
 from controller.partition_state_machine import PartitionState
 from controller.parts import ControllerParts
 from controller.replica_state_machine import ReplicaState
+from zk.batch import MULTI_MAX_OPS, fenced_multi_batched, windowed
 from zk.bridge import DeleteOp
 from zk.client import fenced_multi
 from zk.data import PartitionReplica
@@ -187,18 +188,14 @@ async def complete_topic_deletion(ctl: ControllerParts, topic: str) -> None:
     ctx, rsm = ctl.context, ctl.replica_state_machine
     replicas = ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))
     await rsm.handle_state_changes(replicas, ReplicaState.NON_EXISTENT)
-    paths = []
-    for p in await ctl.zk.get_children(topic_partitions_path(topic)) or []:
-        for child in await ctl.zk.get_children(partition_path(topic, int(p))) or []:
-            paths.append(f"{partition_path(topic, int(p))}/{child}")
-        paths.append(partition_path(topic, int(p)))
-    if await ctl.zk.exists(topic_partitions_path(topic)) is not None:
-        paths.append(topic_partitions_path(topic))
-    paths.append(topic_path(topic))
-    if await ctl.zk.exists(config_topic_path(topic)) is not None:
-        paths.append(config_topic_path(topic))
-    paths.append(delete_topic_path(topic))
+    partitions, rest = await _topic_znodes(ctl, topic)
+    paths = [path for group in partitions for path in group] + rest
     try:
+        if len(paths) > MULTI_MAX_OPS:
+            # more than one multi may carry (ZooKeeper refuses a request past 1 MiB): each
+            # partition's znodes first, children before parents, then the topic's in one multi
+            await _delete_partitions(ctl, partitions)
+            paths = rest
         await fenced_multi(ctl.zk, ctx.epoch_zk_version, [DeleteOp(p) for p in paths])
     except (NoNodeError, NotEmptyError) as exc:
         log.warning(
@@ -208,6 +205,39 @@ async def complete_topic_deletion(ctl: ControllerParts, topic: str) -> None:
     forget_topic(ctl, topic)
     log.info("topic %s deleted", topic)
     ctl.record("topic_deleted", topic=topic)
+
+
+async def _topic_znodes(ctl: ControllerParts, topic: str) -> tuple[list[list[str]], list[str]]:
+    """The topic's znodes, children before parents: per partition its children (``state``) and
+    itself, read in parallel windows (:func:`zk.batch.windowed`); then ``.../partitions``, the
+    topic, its config and its deletion marker."""
+    numbers = await ctl.zk.get_children(topic_partitions_path(topic)) or []
+    children = await windowed(numbers, lambda p: ctl.zk.get_children(partition_path(topic, int(p))))
+    partitions = [
+        [*(f"{partition_path(topic, int(p))}/{child}" for child in kids or []), partition_path(topic, int(p))]
+        for p, kids in zip(numbers, children, strict=True)
+    ]
+    rest = []
+    if await ctl.zk.exists(topic_partitions_path(topic)) is not None:
+        rest.append(topic_partitions_path(topic))
+    rest.append(topic_path(topic))
+    if await ctl.zk.exists(config_topic_path(topic)) is not None:
+        rest.append(config_topic_path(topic))
+    rest.append(delete_topic_path(topic))
+    return partitions, rest
+
+
+async def _delete_partitions(ctl: ControllerParts, partitions: list[list[str]]) -> None:
+    """Each partition's znodes in batched fenced multis (:func:`zk.batch.fenced_multi_batched`);
+    a partition whose group was refused (already gone, or a child appeared) is deleted path by
+    path, quietly. Raises ControllerMovedError."""
+    groups = [[DeleteOp(p) for p in group] for group in partitions]
+    results = await fenced_multi_batched(ctl.zk, ctl.context.epoch_zk_version, groups)
+    refused = [
+        p for group, r in zip(partitions, results, strict=True) if not isinstance(r, list) for p in group
+    ]
+    if refused:
+        await ctl.delete_quietly(refused)
 
 
 def forget_topic(ctl: ControllerParts, topic: str) -> None:

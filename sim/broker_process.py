@@ -267,7 +267,7 @@ class BrokerProcess:
         if log_manager is not None:
             for partition_log in log_manager.all_logs().values():
                 with contextlib.suppress(OSError):  # (Exception here once hid a bug: no log was closed)
-                    partition_log.close()
+                    partition_log.close(write_indexes=False)  # the dead process writes nothing
         state_change_log = getattr(server, "state_change_log", None)
         if state_change_log is not None:
             with contextlib.suppress(Exception):

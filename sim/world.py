@@ -59,6 +59,9 @@ DEFAULT_PROPS = {
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
     "controlled.shutdown.enable": "false",
+    # virtual time never runs late (broker/loop_stall.py): the monitor would only add its timers
+    # to the seeded schedule, and every seed's schedule with them
+    "event.loop.stall.monitor.interval.ms": "0",
 }
 #: The storage faults :meth:`World.storage_fault` injects (the sweep draws among them).
 STORAGE_FAULTS = ("power-loss", "disk-full", "disk-error")

@@ -19,7 +19,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
 from client.types import TopicPartition
-from zk.bridge import CheckOp, DeleteOp, ZkBridge, ZkOp
+from zk.bridge import CheckOp, ZkBridge, ZkOp
 from zk.data import (
     PRODUCER_ID_BLOCK_SIZE,
     BrokerInfo,
@@ -91,19 +91,6 @@ async def fenced_multi(zk: ZkBridge, epoch_zk_version: int, ops: Sequence[ZkOp])
             exc.op_index -= 1
         raise
     return results[1:]
-
-
-async def delete_fenced(zk: ZkBridge, epoch_zk_version: int, paths: Sequence[str]) -> None:
-    """Delete each of ``paths`` with its own fenced multi-op; one already gone is no error, one
-    that fails otherwise is logged. ControllerMovedError is raised: this controller is deposed."""
-    results = await asyncio.gather(
-        *(fenced_multi(zk, epoch_zk_version, [DeleteOp(p)]) for p in paths), return_exceptions=True
-    )
-    for path, result in zip(paths, results, strict=True):
-        if isinstance(result, ControllerMovedError):
-            raise result
-        if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
-            log.warning("cannot delete %s: %s", path, result)
 
 
 async def get_broker(zk: ZkBridge, broker_id: int) -> BrokerInfo | None:

@@ -59,36 +59,62 @@ class EndPoint:
         return cls(obj["listener_name"], obj["host"], obj["port"], obj.get("security_protocol") or PLAINTEXT)
 
 
+#: Kafka's default ``max.broker.partitions`` (KIP-578): Int.MaxValue, no limit
+MAX_BROKER_PARTITIONS_DEFAULT = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class FileBudget:
-    """How many files a broker may hold open for its replicas (docs/design.md "The file budget"):
+    """How many replicas a broker may hold (docs/design.md "Open files at scale (issue 25)"):
     its open-file limit (the soft RLIMIT_NOFILE, raised to the hard one at start), less a
-    ``reserve`` for everything else (ZooKeeper, sockets, checkpoints), at ``files_per_replica``
-    each. Published in /brokers/ids/<id> as ``file_budget``, so CreateTopics and
-    CreatePartitions at any broker can refuse replicas past any broker's budget."""
+    ``reserve`` for what must never fail (ZooKeeper, the controller channel, sockets,
+    checkpoints) and the ``segment_files`` bound of its segment file cache (a fixed cost), at
+    ``files_per_replica`` each (0: a replica holds no descriptor at rest, so the files bound no
+    replica count), and never more than ``max_partitions`` (``max.broker.partitions``).
+    Published in /brokers/ids/<id> as ``file_budget``, so CreateTopics, CreatePartitions and
+    reassignments at any broker can refuse replicas past any broker's budget."""
 
     open_files_limit: int
     reserve: int
     files_per_replica: int
+    segment_files: int = 0
+    max_partitions: int = MAX_BROKER_PARTITIONS_DEFAULT
+
+    @property
+    def max_replicas_by_files(self) -> int | None:
+        """The replicas the open-file limit allows; None when replicas hold no descriptor."""
+        if self.files_per_replica <= 0:
+            return None
+        return max(0, self.open_files_limit - self.reserve - self.segment_files) // self.files_per_replica
 
     @property
     def max_replicas(self) -> int:
-        return max(0, self.open_files_limit - self.reserve) // max(1, self.files_per_replica)
+        by_files = self.max_replicas_by_files
+        return self.max_partitions if by_files is None else min(by_files, self.max_partitions)
 
     def to_json(self) -> dict[str, int]:
         return {
             "open_files_limit": self.open_files_limit,
             "reserve": self.reserve,
             "files_per_replica": self.files_per_replica,
+            "segment_files": self.segment_files,
+            "max_partitions": self.max_partitions,
         }
 
     @classmethod
     def from_json(cls, obj: Any) -> FileBudget | None:
-        """None for a registration without one (an older broker, Kafka): no budget to check."""
+        """None for a registration without one (an older broker, Kafka): no budget to check.
+        A budget without the issue-25 fields (an older floodmark) has no cache and no maximum."""
         if not isinstance(obj, dict):
             return None
         try:
-            return cls(int(obj["open_files_limit"]), int(obj["reserve"]), int(obj["files_per_replica"]))
+            return cls(
+                int(obj["open_files_limit"]),
+                int(obj["reserve"]),
+                int(obj["files_per_replica"]),
+                int(obj.get("segment_files", 0)),
+                int(obj.get("max_partitions", MAX_BROKER_PARTITIONS_DEFAULT)),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -197,7 +197,10 @@ def clean_group(
     failure, or when the generator is closed, the cleaned files are deleted."""
     first, last = group[0].view, group[-1].view
     cleaned = LogSegment.create(
-        view.dir, first.base_offset, suffix=CLEANED_SUFFIX, **view.config.segment_kwargs(time_ms)
+        view.dir,
+        first.base_offset,
+        suffix=CLEANED_SUFFIX,
+        **view.config.segment_kwargs(time_ms, view.file_cache),
     )
     try:
         pending = bytearray()

@@ -10,27 +10,23 @@ retention in :mod:`broker.log.retention` (``deleteOldSegments``), producer snaps
 :mod:`broker.log.producer_snapshots`, compaction's segment swap in :mod:`broker.log.log_cleaning`.
 
 Producer state (KIP-98, docs/design.md "Idempotent producer"): a leader append checks every batch
-that carries a producer id before offsets are assigned and answers a retried duplicate with the
-original offsets (``LogAppendInfo.duplicate``) without writing it; every written batch, leader or
-follower, is folded into the state. Idle producers are dropped by the log manager's periodic
-:meth:`Log.remove_expired_producers` (Kafka's PeriodicProducerExpirationCheck).
+with a producer id before offsets are assigned and answers a retried duplicate with the original
+offsets (``LogAppendInfo.duplicate``), unwritten; every written batch is folded into the state.
+Idle producers go in :meth:`Log.remove_expired_producers` (PeriodicProducerExpirationCheck).
 
-A ``Log`` is safe to call from several threads: one re-entrant lock serialises appends, reads,
-truncation and retention; ``flush`` does its fsyncs outside that lock.
+A ``Log`` is thread-safe: one re-entrant lock serialises all but ``flush``'s fsyncs.
 
 Durability (docs/design.md "Durability: flush and fsync rules"): a roll schedules Kafka's
-"flush-log" job (``schedule_once``; the log manager runs it on its flusher thread, off the
-append path), which fsyncs the rolled segments and the new segment's producer snapshot before
-the recovery point passes them; one that meets EMFILE leaves the recovery point where it was,
-and the log manager's periodic flush does the job again. A truncation is fsynced before it
-returns (Kafka's is not) and the log manager checkpoints the lowered recovery point at once
-(Kafka's LogManager.truncateTo).
+"flush-log" job (``schedule_once``: the log manager's flusher thread), which fsyncs the rolled
+segments (writing their index entries: docs/design.md "Open files at scale (issue 25)") and the
+new segment's producer snapshot before the recovery point passes them; one that meets EMFILE
+leaves the recovery point, and the periodic flush redoes it. A truncation is fsynced before it
+returns (Kafka's is not) and the log manager checkpoints the lowered recovery point at once.
 
-I/O errors (KIP-112, docs/design.md "Log dir failure", docs/guarantees.md "Disk faults"): any
-OSError while appending, reading, rolling, truncating, flushing or writing a snapshot or the epoch
-checkpoint closes the log for good (until the broker restarts and recovery runs), reports the log
-dir to the :class:`LogDirFailureChannel`, which takes every log in that dir offline, and surfaces
-as KAFKA_STORAGE_ERROR. A failed append leaves no byte behind (:meth:`LogSegment.append`).
+I/O errors (KIP-112, docs/design.md "Log dir failure", docs/guarantees.md "Disk faults"): an
+OSError in any operation closes the log until a restart recovers it, reports the dir to the
+:class:`LogDirFailureChannel` (every log in it goes offline) and surfaces as KAFKA_STORAGE_ERROR.
+A failed append leaves no byte behind (:meth:`LogSegment.append`).
 """
 
 from __future__ import annotations
@@ -46,6 +42,7 @@ from pathlib import Path
 
 from broker.log import retention
 from broker.log.checkpoint import fsync_dir, fsync_file
+from broker.log.file_cache import SegmentFileCache
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_cleaning import LogCleaning
 from broker.log.log_config import MAX_LONG, LogConfig
@@ -121,6 +118,8 @@ class Log(LogTruncation, LogCleaning):
         #: called, under the log's lock, after every truncation: the log manager checkpoints the
         #: recovery points of the log's dir at once (Kafka's LogManager.truncateTo)
         self.checkpoint_after_truncation: Callable[[Log], None] | None = None
+        #: holds the segments' ``.log`` descriptors (the log manager's, shared by every log)
+        self.file_cache = SegmentFileCache()
 
     # ------------------------------------------------------------------ opening (broker.log.log_loader)
 
@@ -134,13 +133,16 @@ class Log(LogTruncation, LogCleaning):
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         failure_channel: LogDirFailureChannel | None = None,
+        file_cache: SegmentFileCache | None = None,
     ) -> Log:
         self = cls(dir, config, time_ms)
-        if failure_channel is not None:
-            self.failure_channel = failure_channel
+        self.failure_channel = failure_channel or self.failure_channel
+        self.file_cache = file_cache or self.file_cache
         self.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            loaded = load_log(self.dir, config, time_ms, recovery_point, log_start_offset, clean_shutdown)
+            loaded = load_log(
+                self.dir, config, time_ms, recovery_point, log_start_offset, clean_shutdown, self.file_cache
+            )
             self._segments = loaded.segments
             self._bases = [segment.base_offset for segment in loaded.segments]
             self._leo = self.recovery_point = loaded.segments[-1].next_offset
@@ -268,7 +270,8 @@ class Log(LogTruncation, LogCleaning):
         if replaced and active.base_offset == base_offset:
             return active
         # The new segment first: EMFILE creating it leaves the log as it was, never segmentless.
-        segment = LogSegment.create(self.dir, base_offset, **self.config.segment_kwargs(self._time_ms))
+        kwargs = self.config.segment_kwargs(self._time_ms, self.file_cache)
+        segment = LogSegment.create(self.dir, base_offset, **kwargs)
         if replaced:
             self._segments.pop()
             self._bases.pop()
@@ -472,18 +475,19 @@ class Log(LogTruncation, LogCleaning):
                 self.recovery_point = min(target, self._leo)
             self.last_flush_ms = self._time_ms()
 
-    def close(self) -> None:
+    def close(self, write_indexes: bool = True) -> None:
+        """Close every segment, first writing unflushed index entries unless the dir is offline."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             for segment in self._segments:
-                segment.close()
+                segment.close(write_indexes=write_indexes and not self.is_offline)
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
         with self._lock:
-            self.close()
+            self.close(write_indexes=False)
             shutil.rmtree(self.dir, ignore_errors=True)
             log.info("%s: deleted the log", self.dir)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.log.checkpoint import fsync_dir
+from broker.log.file_cache import SegmentFileCache
 from broker.log.log_config import LogConfig
 from broker.log.producer_snapshots import snapshot_path
 from broker.log.producer_state import ProducerStateManager
@@ -81,6 +82,8 @@ class CleaningView:
     generation: int
     #: producer id -> the last offset of its last batch (Kafka's lastRecordsOfActiveProducers)
     active_producers: dict[int, int]
+    #: the log's segment file cache: the cleaned segment's ``.log`` descriptor goes there too
+    file_cache: SegmentFileCache | None = None
 
     @property
     def active(self) -> SegmentView:
@@ -133,6 +136,7 @@ class LogCleaning:
     _leo: int
     _truncations: int
     _closed: bool
+    file_cache: SegmentFileCache
 
     if TYPE_CHECKING:  # defined by Log; declared here for the type checker only
 
@@ -173,6 +177,7 @@ class LogCleaning:
                 self.high_watermark,
                 self._truncations,
                 producers,
+                self.file_cache,
             )
 
     def cleaning_aborted(self, generation: int) -> bool:

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.log.cleaner_config import CLEANUP_POLICIES, COMPACT, DELETE, CleanerConfig
+
+if TYPE_CHECKING:
+    from broker.log.file_cache import SegmentFileCache
 
 MAX_LONG = 2**63 - 1
 MIN_SEGMENT_BYTES = 14
@@ -96,10 +100,12 @@ class LogConfig:
             return min(self.segment_ms, self.max_compaction_lag_ms)
         return self.segment_ms
 
-    def segment_kwargs(self, time_ms: Callable[[], int]) -> dict:
-        """The keyword arguments every :class:`~broker.log.segment.LogSegment` of the log gets."""
+    def segment_kwargs(self, time_ms: Callable[[], int], file_cache: SegmentFileCache | None = None) -> dict:
+        """The keyword arguments every :class:`~broker.log.segment.LogSegment` of the log gets
+        (``file_cache``: the log manager's, whose bound holds every segment's descriptor)."""
         return {
             "index_interval_bytes": self.index_interval_bytes,
             "max_index_bytes": self.segment_index_bytes,
             "time_ms": time_ms,
+            "file_cache": file_cache,
         }

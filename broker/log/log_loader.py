@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, fsync_dir
+from broker.log.file_cache import SegmentFileCache
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from broker.log.log_config import LogConfig
 from broker.log.producer_snapshots import rebuild_producer_state
@@ -278,10 +279,12 @@ def load_log(
     recovery_point: int,
     log_start_offset: int,
     clean_shutdown: bool,
+    file_cache: SegmentFileCache | None = None,
 ) -> LoadedLog:
-    """Load the segments of ``dir``, recovering what an unclean shutdown may have left torn. A
-    load that fails part way (an I/O error, EMFILE) closes every segment it opened."""
-    segment_kwargs = config.segment_kwargs(time_ms)
+    """Load the segments of ``dir`` (their ``.log`` descriptors through ``file_cache``),
+    recovering what an unclean shutdown may have left torn. A load that fails part way (an I/O
+    error, EMFILE) closes every segment it opened."""
+    segment_kwargs = config.segment_kwargs(time_ms, file_cache)
     complete_swaps(dir)
     bases = remove_stray_files(dir)
     cache, cache_ok = open_epoch_cache(dir)
@@ -296,7 +299,7 @@ def load_log(
     segments = open_segments(dir, bases, segment_kwargs)
     try:
         return _load_segments(
-            dir, config, time_ms, segments, first_unflushed, cache, log_start_offset, clean_shutdown
+            dir, config, segment_kwargs, segments, first_unflushed, cache, log_start_offset, clean_shutdown
         )
     except BaseException:
         close_segments(segments)  # every segment still open, the empty one a load creates included
@@ -306,7 +309,7 @@ def load_log(
 def _load_segments(
     dir: Path,
     config: LogConfig,
-    time_ms: Callable[[], int],
+    segment_kwargs: dict,
     segments: list[LogSegment],
     first_unflushed: int,
     cache: LeaderEpochFileCache,
@@ -332,7 +335,7 @@ def _load_segments(
         recovered = []
     dir_dirty = False
     if not segments:
-        segments.append(LogSegment.create(dir, log_start_offset, **config.segment_kwargs(time_ms)))
+        segments.append(LogSegment.create(dir, log_start_offset, **segment_kwargs))
         dir_dirty = True
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -343,7 +346,7 @@ def _load_segments(
     cache.truncate_from_end(log_end_offset)
     cache.truncate_from_start(log_start_offset)
     producer_state, deleted = rebuild_producer_state(
-        dir, segments, log_end_offset, time_ms(), config.producer_id_expiration_ms
+        dir, segments, log_end_offset, segment_kwargs["time_ms"](), config.producer_id_expiration_ms
     )
     log.info(
         "%s: loaded %d segment(s), log start offset %d, log end offset %d, %d producer(s)%s",

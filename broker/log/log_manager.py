@@ -20,6 +20,11 @@ I/O error in one (while loading, appending, flushing, checkpointing, ...) is rep
 :class:`LogDirFailureChannel`, which marks the dir offline at once; :meth:`handle_log_dir_failure`
 then closes and forgets its logs. An offline dir is never chosen for a new log, never
 checkpointed and never gets the clean-shutdown marker, so the next start recovers it.
+
+Open files (docs/design.md "Open files at scale (issue 25)"): the manager owns the broker-wide
+:class:`SegmentFileCache` every log's segments open their ``.log`` through, bounded by
+``segment_files_max`` (``log.segment.open.files.max``), so the descriptors the logs hold do not
+grow with partitions or segments.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pathlib import Path
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
 from broker.log.cleaner import LogCleaner
 from broker.log.cleaner_config import CleanerConfig
+from broker.log.file_cache import DEFAULT_SEGMENT_FILES_MAX, SegmentFileCache, SegmentFileStats
 from broker.log.log import Log, LogConfig, ScheduleOnce, parse_topic_partition
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from client.types import TopicPartition
@@ -60,11 +66,13 @@ class LogManager:
         schedule_once: ScheduleOnce | None = None,
         cleaner_config: CleanerConfig | None = None,
         cleaner_executor: Executor | None = None,
+        segment_files_max: int = DEFAULT_SEGMENT_FILES_MAX,
     ) -> None:
         """``schedule_once`` runs each roll's "flush-log" job (Kafka's scheduler); by default a
         flusher thread of this manager's own, so the fsyncs stay off the append path. The log
         cleaner runs with ``cleaner_config`` (default: ``default_config.cleaner``) and does its
-        work through ``cleaner_executor`` (None: the event loop's default executor)."""
+        work through ``cleaner_executor`` (None: the event loop's default executor). At most
+        ``segment_files_max`` segment files are open at once (more only while pinned)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -72,6 +80,7 @@ class LogManager:
             raise ValueError(f"duplicate log dirs in {self.log_dirs}")
         self.default_config = default_config
         self._time_ms = time_ms
+        self.file_cache = SegmentFileCache(segment_files_max)
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # taken under a log's lock: never take a log's under it
@@ -161,6 +170,7 @@ class LogManager:
                 log_start_offset=start_offsets.get(tp, 0),
                 clean_shutdown=clean,
                 failure_channel=self.failure_channel,
+                file_cache=self.file_cache,
             )
             opened.update_high_watermark(high_watermarks.get(tp, 0))
             self._adopt(opened)
@@ -192,6 +202,11 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
+
+    @property
+    def segment_file_stats(self) -> SegmentFileStats:
+        """The segment file cache's descriptors and counters (the broker's metrics)."""
+        return self.file_cache.stats
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         with self._lock:
@@ -254,6 +269,7 @@ class LogManager:
                     config or self.default_config,
                     self._time_ms,
                     failure_channel=self.failure_channel,
+                    file_cache=self.file_cache,
                 )
                 try:
                     fsync_dir(log_dir)
@@ -274,7 +290,7 @@ class LogManager:
             removed = self._logs.pop((topic, partition), None)
             if removed is None:
                 return
-            removed.close()
+            removed.close(write_indexes=False)
             self.cleaner.forget(removed)
             log_dir = removed.dir.parent
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.log.checkpoint import fsync_dir
+from broker.log.file_cache import SegmentFileCache
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_config import LogConfig
 from broker.log.producer_snapshots import delete_snapshots_above, snapshot_files
@@ -83,6 +84,7 @@ class LogTruncation:
     _bases: list[int]
     _leo: int
     _truncations: int
+    file_cache: SegmentFileCache
 
     if TYPE_CHECKING:  # defined by Log; declared here for the type checker only
 
@@ -130,7 +132,7 @@ class LogTruncation:
             self._checkpoint_truncation()
 
     def _truncate_fully(self, offset: int) -> None:
-        kwargs = self.config.segment_kwargs(self._time_ms)
+        kwargs = self.config.segment_kwargs(self._time_ms, self.file_cache)
         self._segments = [replace_all_segments(self.dir, self._segments, offset, **kwargs)]
         self._bases = [offset]
         self._leo = offset

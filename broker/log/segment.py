@@ -2,9 +2,14 @@
 
 The ``.log`` file is a plain concatenation of RecordBatch v2 batches, exactly as Kafka writes
 them. The segment only walks batch headers (:func:`client.protocol.records.parse_header`); it
-decodes records solely to answer a timestamp lookup. Files stay open: appends use ``os.write``
-on an O_APPEND descriptor, reads use ``os.pread``. An append is all or nothing: a write that
-fails part way is cut back off the file and the indexes (docs/design.md "Log dir failure").
+decodes records solely to answer a timestamp lookup. Appends use ``os.write`` on an O_APPEND
+descriptor, reads use ``os.pread``. An append is all or nothing: a write that fails part way is
+cut back off the file (docs/design.md "Log dir failure").
+
+Open files (docs/design.md "Open files at scale (issue 25)"): the ``.log`` descriptor, active
+segment included, comes from the broker-wide :class:`broker.log.file_cache.SegmentFileCache`
+(an LRU bounded by ``log.segment.open.files.max``), pinned for each I/O call; the indexes hold no
+descriptor (:mod:`broker.log.index`): :meth:`flush` writes their new entries and fsyncs all three.
 
 A segment is not thread-safe by itself: the owning :class:`broker.log.log.Log` serialises
 appends, reads and truncations. Only ``flush`` may run concurrently with them (a small lock
@@ -17,17 +22,16 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from broker.log.file_cache import SegmentFileCache
 from broker.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex, write_all
+from broker.log.segment_reads import SegmentReads
 from client.protocol.records import (
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
-    decode_batch,
     parse_header,
     valid_prefix,
 )
@@ -37,7 +41,6 @@ log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-SCAN_CHUNK = 16 * 1024
 RECOVER_CHUNK = 8 * 1024 * 1024
 NO_TIMESTAMP = -1
 #: a :func:`segment_name` stem (of a segment, index or producer snapshot file)
@@ -49,27 +52,12 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-@dataclass(frozen=True)
-class _AppendState:
-    """What an append changes, so a failed one can be undone."""
-
-    size: int
-    next_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    bytes_since_index: int
-    rolling_base_ms: int | None
-    last_modified_ms: int
-    index_entries: int
-    time_index_entries: int
-
-
 class SegmentUnwritable(OSError):
     """A failed append could not be undone (the truncate failed too): the segment refuses
     every later append, so nothing is ever written after its torn bytes."""
 
 
-class LogSegment:
+class LogSegment(SegmentReads):
     def __init__(
         self,
         dir: Path,
@@ -79,30 +67,34 @@ class LogSegment:
         max_index_bytes: int,
         time_ms: Callable[[], int],
         suffix: str = "",
+        file_cache: SegmentFileCache | None = None,
+        create: bool = False,
     ) -> None:
-        """Open (creating when missing) the three files of the segment at ``base_offset`` (each
-        name ending in ``suffix``: the cleaner's ``.cleaned``). The in-memory state is not derived
-        yet: call :meth:`load` (trusting the files) or :meth:`recover`."""
+        """The segment at ``base_offset`` (each file name ending in ``suffix``: the cleaner's
+        ``.cleaned``), its ``.log`` opened through ``file_cache`` (default: a cache of its own).
+        The indexes are read now; the in-memory state is not derived yet: call :meth:`load`
+        (trusting the files) or :meth:`recover`. ``create`` (:meth:`create`) creates the three
+        files, emptying the indexes."""
         self.dir = Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._time_ms = time_ms
         stem = segment_name(base_offset)
-        self.log_path = self.dir / (stem + LOG_SUFFIX + suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        cache = file_cache if file_cache is not None else SegmentFileCache(1)
+        self._file = cache.handle(self.dir / (stem + LOG_SUFFIX + suffix))
         try:  # out of descriptors (EMFILE) half way: close what was opened, or it leaks for good
-            self.index = OffsetIndex(self.dir / (stem + INDEX_SUFFIX + suffix), base_offset, max_index_bytes)
-            try:
-                self.time_index = TimeIndex(
-                    self.dir / (stem + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
-                )
-            except BaseException:
-                self.index.close()
-                raise
+            if create:
+                self._file.create()
+            stat = os.stat(self._file.path)
+            self.index = OffsetIndex(
+                self.dir / (stem + INDEX_SUFFIX + suffix), base_offset, max_index_bytes, create=create
+            )
+            self.time_index = TimeIndex(
+                self.dir / (stem + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes, create=create
+            )
         except BaseException:
-            os.close(self._fd)
+            self._file.close()
             raise
-        stat = os.fstat(self._fd)
         self._size = stat.st_size
         self._last_modified_ms = stat.st_mtime_ns // 1_000_000
         self._next_offset = base_offset
@@ -111,15 +103,29 @@ class LogSegment:
         self._bytes_since_index = 0
         self._rolling_base_ms: int | None = None
         self._io_lock = threading.Lock()
+        self._closed = False
         self._torn: str | None = None  # why appends are refused (a failed append left bytes behind)
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, **kwargs) -> LogSegment:
         """A new, empty segment; leftovers of an old segment with the same base are discarded."""
-        segment = cls(dir, base_offset, **kwargs)
-        if segment._size or len(segment.index) or len(segment.time_index):
+        segment = cls(dir, base_offset, create=True, **kwargs)
+        if segment._size:
             segment._truncate_files(0)
         return segment
+
+    @property
+    def log_path(self) -> Path:
+        return self._file.path
+
+    @log_path.setter
+    def log_path(self, path: Path) -> None:
+        """The cleaner renames the files (an open descriptor follows; a later open uses ``path``)."""
+        self._file.path = Path(path)
+
+    def _pread(self, size: int, position: int) -> bytes:
+        with self._file.pinned() as fd:
+            return os.pread(fd, size, position)
 
     # ------------------------------------------------------------------ state
 
@@ -200,10 +206,10 @@ class LogSegment:
             return error
         _, position = self.index.last_entry
         last: BatchHeader | None = None
-        end = position
+        end, newest = position, NO_TIMESTAMP
         try:
             for pos, header in self._scan_headers(position):
-                last, end = header, pos + header.size
+                last, end, newest = header, pos + header.size, max(newest, header.max_timestamp)
         except CorruptRecordError as e:
             return f"{self.log_path}: {e}"
         if end != self._size:
@@ -213,11 +219,12 @@ class LogSegment:
         if error:
             return error
         last_time = self.time_index.last_entry
+        if newest > (last_time[0] if last_time is not None else NO_TIMESTAMP):
+            return f"{self.time_index.path}: behind the log (a batch has max timestamp {newest})"
         if last_time is not None:
             self._max_timestamp, self._offset_of_max_timestamp = last_time
         if self._size >= HEADER_SIZE:
-            first = parse_header(os.pread(self._fd, HEADER_SIZE, 0))
-            self._rolling_base_ms = first.max_timestamp if first.max_timestamp >= 0 else self._time_ms()
+            self._set_rolling_base()
         return None
 
     def recover(
@@ -233,11 +240,20 @@ class LogSegment:
         self.index.reset()
         self.time_index.reset()
         self._reset_state()
-        file_size = os.fstat(self._fd).st_size
+        with self._file.pinned() as fd:
+            return self._recover(fd, on_batch, before_truncate)
+
+    def _recover(
+        self,
+        fd: int,
+        on_batch: Callable[[BatchHeader], None] | None,
+        before_truncate: Callable[[], None] | None,
+    ) -> int:
+        file_size = os.fstat(fd).st_size
         pos = 0
         want = RECOVER_CHUNK
         while pos < file_size:
-            chunk = os.pread(self._fd, want, pos)
+            chunk = os.pread(fd, want, pos)
             length, batches = valid_prefix(chunk)
             kept: list[tuple[int, BatchHeader]] = []
             expected = self._next_offset
@@ -269,12 +285,15 @@ class LogSegment:
         if dropped:
             if before_truncate is not None:
                 before_truncate()
-            os.ftruncate(self._fd, pos)
+            os.ftruncate(fd, pos)
         self._size = pos
         if self._size >= HEADER_SIZE:
-            first = parse_header(os.pread(self._fd, HEADER_SIZE, 0))
-            self._rolling_base_ms = first.max_timestamp if first.max_timestamp >= 0 else self._time_ms()
+            self._set_rolling_base()
         return dropped
+
+    def _set_rolling_base(self) -> None:
+        first = parse_header(self._pread(HEADER_SIZE, 0))
+        self._rolling_base_ms = first.max_timestamp if first.max_timestamp >= 0 else self._time_ms()
 
     def _reset_state(self) -> None:
         self._next_offset = self.base_offset
@@ -288,55 +307,34 @@ class LogSegment:
     def append(self, buf: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """Write whole batches; ``batches`` are (position in ``buf``, header) with final offsets.
 
-        All or nothing: when a write fails part way (ENOSPC, EIO), the log file and both indexes
-        are cut back to their sizes before the call and the in-memory state restored, then the
-        OSError is raised; the next append lands where the failed one would have. When even
-        that cut fails, the segment refuses every later append (:class:`SegmentUnwritable`)."""
+        All or nothing: when a write fails part way (ENOSPC, EIO), the log file is cut back to
+        its size before the call, nothing else having changed (the index entries are added in
+        memory after the write), then the OSError is raised; the next append lands where the
+        failed one would have. When even that cut fails, the segment refuses every later append
+        (:class:`SegmentUnwritable`)."""
         if self._torn is not None:
             raise SegmentUnwritable(f"{self.log_path}: refusing to append after a failed write: {self._torn}")
-        before = self._append_state()
-        try:
-            write_all(self._fd, buf)
-            self._size += len(buf)
-            now = self._time_ms()
-            if self._rolling_base_ms is None:
-                self._rolling_base_ms = now
-            self._last_modified_ms = now
-            self._index_batches([(before.size + pos, header) for pos, header in batches])
-        except OSError as e:
-            self._undo_append(before, e)
-            raise
+        before = self._size
+        with self._file.pinned() as fd:
+            try:
+                write_all(fd, buf)
+            except OSError as e:
+                self._undo_append(fd, before, e)
+                raise
+        self._size += len(buf)
+        now = self._time_ms()
+        if self._rolling_base_ms is None:
+            self._rolling_base_ms = now
+        self._last_modified_ms = now
+        self._index_batches([(before + pos, header) for pos, header in batches])
 
-    def _append_state(self) -> _AppendState:
-        return _AppendState(
-            self._size,
-            self._next_offset,
-            self._max_timestamp,
-            self._offset_of_max_timestamp,
-            self._bytes_since_index,
-            self._rolling_base_ms,
-            self._last_modified_ms,
-            len(self.index),
-            len(self.time_index),
-        )
-
-    def _undo_append(self, before: _AppendState, error: OSError) -> None:
+    def _undo_append(self, fd: int, size: int, error: OSError) -> None:
+        """Cut the torn bytes of a failed write off the file."""
         try:
-            os.ftruncate(self._fd, before.size)
-            if len(self.index) != before.index_entries:
-                self.index.truncate_entries(before.index_entries)
-            if len(self.time_index) != before.time_index_entries:
-                self.time_index.truncate_entries(before.time_index_entries)
+            os.ftruncate(fd, size)
         except OSError as undo_error:
-            self._torn = f"{error}; cutting the file back to {before.size} bytes failed too: {undo_error}"
+            self._torn = f"{error}; cutting the file back to {size} bytes failed too: {undo_error}"
             log.error("%s: %s", self.log_path, self._torn)
-        self._size = before.size
-        self._next_offset = before.next_offset
-        self._max_timestamp = before.max_timestamp
-        self._offset_of_max_timestamp = before.offset_of_max_timestamp
-        self._bytes_since_index = before.bytes_since_index
-        self._rolling_base_ms = before.rolling_base_ms
-        self._last_modified_ms = before.last_modified_ms
 
     def _index_batches(self, batches: Iterable[tuple[int, BatchHeader]]) -> None:
         offset_entries: list[tuple[int, int]] = []
@@ -363,7 +361,8 @@ class LogSegment:
         removed = self._size - position
         self.index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
-        os.ftruncate(self._fd, position)
+        with self._file.pinned() as fd:
+            os.ftruncate(fd, position)
         self._size = position
         self._last_modified_ms = self._time_ms()
         self._bytes_since_index = 0
@@ -380,110 +379,44 @@ class LogSegment:
         return removed
 
     def _truncate_files(self, size: int) -> None:
-        os.ftruncate(self._fd, size)
+        with self._file.pinned() as fd:
+            os.ftruncate(fd, size)
         self._size = size
         self.index.reset()
         self.time_index.reset()
         self._reset_state()
 
-    # ------------------------------------------------------------------ reading
-
-    def _scan_headers(self, start: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of every batch from ``start`` (a batch boundary) to ``end``,
-        reading the file in chunks and skipping batch bodies."""
-        end = self._size if end is None else end
-        pos = start
-        chunk = b""
-        chunk_pos = start
-        while pos < end:
-            rel = pos - chunk_pos
-            if rel + HEADER_SIZE > len(chunk):
-                chunk = os.pread(self._fd, SCAN_CHUNK, pos)
-                chunk_pos, rel = pos, 0
-            header = parse_header(chunk, rel)
-            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-                raise CorruptRecordError(f"batch at byte {pos} has impossible length {header.batch_length}")
-            yield pos, header
-            pos += header.size
-
-    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers of the batches whose last offset is >= ``from_offset``, in order, read
-        without decoding any record (the log rebuilds its producer state with them)."""
-        _, position = self.index.lookup(from_offset)
-        for _, header in self._scan_headers(position):
-            if header.last_offset >= from_offset:
-                yield header
-
-    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """(position, header) of the first batch whose last offset is >= ``offset``, or None."""
-        _, position = self.index.lookup(offset)
-        for pos, header in self._scan_headers(position):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
-
-    def read(
-        self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool
-    ) -> bytes | None:
-        """Whole batches from the one holding ``start_offset``: at most ``max_bytes`` (but the
-        first batch anyway when ``min_one_message``), none that reaches ``max_offset``. None when
-        no batch in this segment reaches ``start_offset``."""
-        found = self.find_batch(start_offset)
-        if found is None:
-            return None
-        position, first = found
-        if max_offset is not None and first.last_offset >= max_offset:
-            return b""
-        available = self._size - position
-        if first.size > max_bytes:
-            return os.pread(self._fd, first.size, position) if min_one_message else b""
-        buf = os.pread(self._fd, min(max_bytes, available), position)
-        end = 0
-        while end + HEADER_SIZE <= len(buf):
-            header = parse_header(buf, end)
-            if end + header.size > len(buf) or (max_offset is not None and header.last_offset >= max_offset):
-                break
-            end += header.size
-        return buf if end == len(buf) else buf[:end]
-
-    def read_batch(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
-
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ``starting_offset`` whose timestamp
-        is >= ``timestamp``. The time index skips the batches that cannot hold it; only the one
-        batch that does is decoded."""
-        below = self.time_index.lookup_below(timestamp)
-        start = max(starting_offset, self.base_offset if below is None else below[1] + 1)
-        _, position = self.index.lookup(start)
-        for pos, header in self._scan_headers(position):
-            if header.last_offset < start or header.max_timestamp < timestamp:
-                continue
-            for record in decode_batch(self.read_batch(pos, header.size)):
-                if record.offset >= start and record.timestamp >= timestamp:
-                    return record.offset, record.timestamp
-        return None
-
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
+        """fsync the ``.log``, then write the indexes' new entries and fsync them: everything
+        the recovery point will cover is on disk, its indexes included."""
         with self._io_lock:
-            if self._fd < 0:
+            if self._closed:
                 return
-            os.fsync(self._fd)
+            with self._file.pinned() as fd:
+                os.fsync(fd)
             self.index.flush()
             self.time_index.flush()
 
-    def close(self) -> None:
+    def close(self, write_indexes: bool = True) -> None:
+        """Close the ``.log`` descriptor for good; ``write_indexes`` first writes the indexes'
+        new entries, without an fsync (a failure is logged: an unflushed segment is recovered
+        from its ``.log`` after an unclean stop anyway)."""
         with self._io_lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-            self.index.close()
-            self.time_index.close()
+            if self._closed:
+                return
+            self._closed = True
+            if write_indexes:
+                for index in (self.index, self.time_index):
+                    try:
+                        index.write_pending()
+                    except OSError as e:
+                        log.warning("%s: index entries not written at close: %s", index.path, e)
+            self._file.close()
 
     def delete(self) -> None:
-        self.close()
+        self.close(write_indexes=False)
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()

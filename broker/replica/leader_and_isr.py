@@ -18,6 +18,10 @@ handleLogDirFailure; docs/design.md "Broker").
   Kafka's ``maybeUpdateMetadataCache`` is.
 * KIP-112: partitions on an offline log dir answer KAFKA_STORAGE_ERROR to everything
   (``ReplicaManager.offline_partitions``) until the broker restarts.
+* A request of thousands of partitions gives the event loop back every 50 ms of work
+  (:class:`broker.loop_stall.CooperativeYield`; docs/design.md "The controller at scale (issue
+  25)"), as an await of a ZooKeeper read already may: ZooKeeper watches, requests and fetches
+  are served meanwhile, and the lock keeps other controller requests out.
 
 The state itself (partitions, logs, purgatories, fetchers) belongs to the
 :class:`~broker.replica.replica_manager.ReplicaManager`, which delegates here.
@@ -34,6 +38,7 @@ from typing import Protocol
 from broker.config import BrokerConfig, validate_topic_configs
 from broker.log import Log, LogManager
 from broker.log.log_dir_failure import KafkaStorageError
+from broker.loop_stall import CooperativeYield
 from broker.metadata_cache import MetadataCache
 from broker.replica.partition import Partition, PartitionState
 from broker.replica.replication_quota import ReplicationQuotas
@@ -169,7 +174,9 @@ class LeaderAndIsrHandler:
         to_lead: list[tuple[Partition, PartitionState]] = []
         to_follow: list[tuple[Partition, PartitionState]] = []
         new_replicas = {(e["topic"], e["partition"]) for e in body["partition_states"] if e.get("is_new")}
+        pause = CooperativeYield(self.rm.time_ms)  # thousands of partitions: never one long step
         for entry in body["partition_states"]:
+            await pause()
             tp = (entry["topic"], entry["partition"])
             state = PartitionState.from_request(entry)
             partition = self.rm.partitions.get(tp) or Partition(tp[0], tp[1], self.rm.broker_id)
@@ -203,11 +210,13 @@ class LeaderAndIsrHandler:
             results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
         codes = {(r["topic"], r["partition"]): r for r in results}
         for partition, state in to_lead:
+            await pause()
             try:
                 await self._make_leader(partition, state, partition.key in new_replicas)
             except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
                 codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
         for partition, state in to_follow:
+            await pause()
             try:
                 await self._make_follower(
                     partition, state, leaders.get(state.leader), partition.key in new_replicas
@@ -332,9 +341,9 @@ class LeaderAndIsrHandler:
         its leader epoch, so a LeaderAndIsr older than the one it knows is still refused; it only
         stops fetching (and, if it led, stops acting as leader). With delete it goes with its log."""
         async with self._state_change_lock:
-            return self._stop_replicas(body)
+            return await self._stop_replicas(body)
 
-    def _stop_replicas(self, body: dict) -> dict:
+    async def _stop_replicas(self, body: dict) -> dict:
         stale = self._stale_epoch("StopReplica", body)
         if stale is not None:
             return {
@@ -342,7 +351,9 @@ class LeaderAndIsrHandler:
                 "partitions": [dict(p, error_code=stale) for p in body["partitions"]],
             }
         results = []
+        pause = CooperativeYield(self.rm.time_ms)
         for entry in body["partitions"]:
+            await pause()
             tp = (entry["topic"], entry["partition"])
             if tp in self.rm.offline_partitions:
                 # Its files are on an offline dir: nothing to stop, and nothing can be deleted

@@ -206,9 +206,16 @@ class ReplicaManager:
         (it is the minimum LEO over the leader and the ISR, so a shrink can raise it), and parked
         acks=all requests may complete or fail below min.insync.replicas."""
         log_ = self.get_log(partition.key)
-        if log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader:
-            self.maybe_increment_high_watermark(partition, log_)
-        self.wake(partition.key)
+        leads = log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader
+        if leads and self.maybe_increment_high_watermark(partition, log_):
+            return  # the HW moved: both purgatories were checked
+        self.produce_purgatory.check_and_complete(partition.key)
+        # A parked fetch waits on leadership, offsets, bytes and the HW, none of which an ISR change
+        # moves; only KIP-73's throttle (a follower out of the ISR is held back) reads the ISR.
+        # Checking it anyway scanned a follower's whole fetch for every partition whose ISR it
+        # joined: 5,000 ISR expansions after a restart held the loop for seconds (issue 25).
+        if self.quotas.leader.throttled:
+            self.fetch_purgatory.check_and_complete(partition.key)
 
     def wake(self, tp: TopicPartition) -> None:
         """Let parked produce and fetch requests on ``tp`` check whether they can complete."""

@@ -284,7 +284,7 @@ def test_state_is_rebuilt_from_batch_headers_on_open_without_any_snapshot(tmp_pa
     def no_record_decoding(*args, **kwargs):
         raise AssertionError("producer state must come from batch headers only")
 
-    monkeypatch.setattr("broker.log.segment.decode_batch", no_record_decoding)
+    monkeypatch.setattr("broker.log.segment_reads.decode_batch", no_record_decoding)
     monkeypatch.setattr("client.protocol.records.decode_batch", no_record_decoding)
     reopened = Log.open(
         log.dir, LogConfig(segment_bytes=log.config.segment_bytes), clock, clean_shutdown=False

@@ -239,8 +239,15 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one(
     assert raise_open_files_limit(fake) == raised
     assert fake.getrlimit(fake.RLIMIT_NOFILE)[0] == (soft if refuse else raised)
     budget = current_budget(fake)
-    assert budget.open_files_limit == (soft if refuse else raised)
-    assert budget.max_replicas == (budget.open_files_limit - budget.open_files_limit // 4) // 3
+    limit = soft if refuse else raised
+    assert budget.open_files_limit == limit
+    # issue 25: a quarter reserved, the rest for the segment file cache; replicas hold no file
+    assert (budget.reserve, budget.segment_files, budget.files_per_replica) == (
+        limit // 4,
+        limit - limit // 4,
+        0,
+    )
+    assert budget.max_replicas == budget.max_partitions == 2**31 - 1
 
 
 def test_the_budget_is_published_in_the_registration_and_kafka_fields_are_unchanged() -> None:
@@ -250,7 +257,13 @@ def test_the_budget_is_published_in_the_registration_and_kafka_fields_are_unchan
     published = json.loads(encode_broker_registration(endpoints, 5, file_budget=budget))
     assert published == {
         **plain,
-        "file_budget": {"open_files_limit": 512, "reserve": 128, "files_per_replica": 3},
+        "file_budget": {
+            "open_files_limit": 512,
+            "reserve": 128,
+            "files_per_replica": 3,
+            "segment_files": 0,
+            "max_partitions": 2**31 - 1,
+        },
     }
     assert decode_broker_registration(json.dumps(published).encode(), 2).file_budget == budget
     assert decode_broker_registration(json.dumps(plain).encode(), 2).file_budget is None  # Kafka's own
@@ -262,5 +275,21 @@ def test_a_creation_past_any_brokers_budget_names_the_broker_the_budget_and_the_
     (problem,) = file_budget_violations(budgets, {1: 100, 2: 100}, {1: 29, 2: 29})
     assert problem == (
         "broker 1 would hold 129 replicas (100 assigned + 29 new), past its file budget of 128 "
-        "replicas (open-file limit 512, reserve 128, 3 files per replica)"
+        "replicas (open-file limit 512, reserve 128, segment files 0, 3 files per replica)"
     )
+
+
+def test_a_creation_past_max_broker_partitions_names_the_setting() -> None:
+    """Issue 25: replicas hold no descriptor, so the files bound no replica count; the explicit
+    capacity is ``max.broker.partitions`` (KIP-578), published with the budget."""
+    budgets = {1: FileBudget(512, 128, 0, 384, 600), 2: FileBudget(512, 128, 0, 384)}
+    assert budgets[1].max_replicas == 600 and budgets[2].max_replicas == 2**31 - 1
+    assert file_budget_violations(budgets, {1: 500, 2: 500}, {1: 100, 2: 10_000}) == []
+    (problem,) = file_budget_violations(budgets, {1: 500, 2: 500}, {1: 101, 2: 10_000})
+    assert (
+        problem
+        == "broker 1 would hold 601 replicas (500 assigned + 101 new), past its max.broker.partitions=600"
+    )
+    older = {3: FileBudget(512, 128, 3, 0, 100)}  # files per replica and a smaller maximum: the maximum
+    (problem,) = file_budget_violations(older, {}, {3: 101})
+    assert problem.endswith("past its max.broker.partitions=100")
