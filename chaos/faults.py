@@ -10,7 +10,12 @@ Both backends speak the same verbs, so a schedule (``chaos.schedule``) runs on e
 * ``fill_disk`` / ``unfill_disk``: fill a broker's disk (ENOSPC) and free it again;
 * ``break_disk`` / ``fix_disk``: make every write to a broker's disk fail with EIO, and stop;
 * ``pause_zookeeper`` / ``resume_zookeeper``: SIGSTOP / SIGCONT the ZooKeeper server (local
-  backend only: the docker backend refuses it with FaultUnsupported).
+  backend only: the docker backend refuses it with FaultUnsupported);
+* ``limit_open_files`` / ``restore_open_files``: lower a broker's soft RLIMIT_NOFILE to what it
+  holds plus a margin, and put it back (chaos/fd_pressure.py). The local backend finds the broker
+  by its recorded pid; the docker backend by its container's host pid (``docker inspect``), the
+  broker being that process or its child under docker-init, and refuses the fault with
+  FaultUnsupported when the engine's processes are not visible from here (a VM, rootless docker).
 
 Disk faults exist on the local backend only, on a cluster started with disk faults
 (``devcluster.disk``: a tmpfs and a fault-injecting FUSE filesystem under each broker's log dir);
@@ -26,9 +31,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
+from chaos.fd_pressure import PROC, FdPressure, child_with
 from devcluster.cluster import LocalCluster
+from devcluster.processes import broker_marker
 
 
 class FaultBackend(Protocol):
@@ -50,6 +58,8 @@ class FaultBackend(Protocol):
     def can_fault_disks(self) -> bool: ...
     def pause_zookeeper(self) -> None: ...
     def resume_zookeeper(self) -> None: ...
+    def limit_open_files(self, broker_id: int) -> dict: ...
+    def restore_open_files(self, broker_id: int) -> dict: ...
 
 
 class FaultUnsupported(RuntimeError):
@@ -64,6 +74,7 @@ class LocalBackend:
     def __init__(self, cluster: LocalCluster, isolate: Callable[[int, bool], None] | None = None) -> None:
         self.cluster = cluster
         self._isolate = isolate  # set when the brokers run in network namespaces
+        self.fd_pressure = FdPressure(self._broker_pid)
 
     def broker_ids(self) -> list[int]:
         return sorted(self.cluster._require_state().brokers)
@@ -117,6 +128,20 @@ class LocalBackend:
     def resume_zookeeper(self) -> None:
         self.cluster.resume_zookeeper()
 
+    def limit_open_files(self, broker_id: int) -> dict:
+        return self.fd_pressure.lower(broker_id)
+
+    def restore_open_files(self, broker_id: int) -> dict:
+        return self.fd_pressure.restore(broker_id)
+
+    def _broker_pid(self, broker_id: int) -> int:
+        """The broker's recorded pid, when that process is the broker (its command line names
+        the broker's config, as devcluster's liveness check asks)."""
+        broker = self.cluster._require_state().brokers[broker_id]
+        if broker.pid is None or child_with(broker.pid, broker_marker(broker)) != broker.pid:
+            raise FaultUnsupported(f"broker {broker_id} is not running")
+        return broker.pid
+
     def _disk(self, broker_id: int, action: str) -> None:
         if not self.can_fault_disks():
             raise FaultUnsupported(
@@ -126,10 +151,16 @@ class LocalBackend:
 
 
 Runner = Callable[[Sequence[str]], None]
+#: Runs a command and returns its standard output (raises when it fails).
+Reader = Callable[[Sequence[str]], str]
 
 
 def run_checked(argv: Sequence[str]) -> None:
     subprocess.run(list(argv), check=True, capture_output=True, text=True, timeout=120)
+
+
+def read_checked(argv: Sequence[str]) -> str:
+    return subprocess.run(list(argv), check=True, capture_output=True, text=True, timeout=60).stdout
 
 
 class DockerBackend:
@@ -144,10 +175,15 @@ class DockerBackend:
         network: str = "floodmark",
         run: Runner = run_checked,
         service: str = "broker{}",
+        read: Reader = read_checked,
+        proc: Path = PROC,
     ) -> None:
         self.brokers = brokers
         self.network = network
         self._run = run
+        self._read = read
+        self._proc = proc
+        self.fd_pressure = FdPressure(self._broker_pid, proc=proc)
         # the compose service name of broker N (`service.format(N)`, as in docker-compose.yml),
         # put back as a network alias when a partition heals
         self.service = service
@@ -232,6 +268,31 @@ class DockerBackend:
 
     def resume_zookeeper(self) -> None:
         self._no_zookeeper_faults()
+
+    def limit_open_files(self, broker_id: int) -> dict:
+        return self.fd_pressure.lower(broker_id)
+
+    def restore_open_files(self, broker_id: int) -> dict:
+        return self.fd_pressure.restore(broker_id)
+
+    def _broker_pid(self, broker_id: int) -> int:
+        """The host pid of the container's broker: the container's main process (docker-init
+        under compose's ``init: true``) or its child whose command line runs floodmark-broker."""
+        container = self.container(broker_id)
+        pid = int(self._read(["docker", "inspect", "--format", "{{.State.Pid}}", container]).strip() or 0)
+        if pid <= 0:
+            raise FaultUnsupported(f"{container} is not running")
+        if not (self._proc / str(pid)).exists():
+            raise FaultUnsupported(
+                f"fd-pressure: {container}'s process (host pid {pid}) is not visible from here: the "
+                "docker engine runs in another pid namespace (a VM, rootless docker); use --backend local"
+            )
+        broker = child_with(pid, "floodmark-broker", self._proc)
+        if broker is None:
+            raise FaultUnsupported(
+                f"fd-pressure: no floodmark-broker process in {container} (host pid {pid})"
+            )
+        return broker
 
     @staticmethod
     def _no_zookeeper_faults() -> None:

@@ -18,6 +18,13 @@ a broker that still runs does nothing.
 timeout and SIGCONTs it (its timeline events name ``"target": "zookeeper"``). ``heal_all``
 resumes ZooKeeper first, since restarting a broker needs it.
 
+``fd-pressure`` (chaos/fd_pressure.py) targets the leader of a partition: the backend lowers its
+soft open-file limit to what it holds plus a margin; the fault event carries the pid, the
+descriptors held and the limits (``fds_held``, ``nofile_soft``, ``nofile_hard``,
+``nofile_limit``), the heal the pid and what it held just before the soft limit was restored. A
+broker that died under it (it must not: issue 25) is restarted by the heal, whose event then
+says ``"exited": true``.
+
 ``reassign`` targets no broker either: through a :class:`chaos.reassign.PartitionMover` it asks
 for a partition's move (KIP-455's AlterPartitionReassignments) and watches it for the fault's
 length; its events name ``"target": "partition <topic>-<p>"`` and carry an ``id`` pairing the
@@ -52,10 +59,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from chaos.faults import FaultBackend
+from chaos.fd_pressure import ProcessGone
 from chaos.reassign import POLL_S, Move, PartitionMover, move_state
 from chaos.schedule import (
     CONSUMER_FAULT_KINDS,
     DISK_FAULT_KINDS,
+    FD_FAULT_KINDS,
     REASSIGN_FAULT_KINDS,
     ZK_FAULT_KINDS,
     Fault,
@@ -101,6 +110,7 @@ class FaultInjector:
         self.paused: set[int] = set()
         self.isolated: set[int] = set()
         self.disks: dict[int, set[str]] = {}  # broker -> the disk fault kinds in force on it
+        self.fd_limited: set[int] = set()  # brokers under an fd-pressure limit
         self.zookeeper_paused = False
         self.follower_of = follower_of
         self.heal_failures: list[dict] = []  # one per failed heal: kind, broker or target, error
@@ -142,7 +152,7 @@ class FaultInjector:
                 continue
             self.say(f"fault: {fault.describe()} -> broker {target}")
             try:
-                await self._inject(fault.kind, target)
+                facts = await self._inject(fault.kind, target)
             except Exception as exc:  # its target died meanwhile: report, undo what was done, go on
                 self.say(f"could not inject ({fault.describe()}) on broker {target}: {_first_line(exc)}")
                 await self._heal(fault.kind, target, record=False)  # what the failed call did
@@ -156,6 +166,7 @@ class FaultInjector:
                     "planned_at_s": fault.at_s,
                     "duration_s": fault.duration_s,
                     **({"role": fault.role} if fault.kind in DISK_FAULT_KINDS else {}),
+                    **facts,
                 },
             )
             await asyncio.sleep(fault.duration_s)
@@ -166,12 +177,12 @@ class FaultInjector:
         """Undo what is in force on ``broker_id``; record the heal (``kind`` is the fault's, or
         "final"), or its failure, on the timeline. True when it healed."""
         try:
-            await self._undo(kind, broker_id)
+            facts = await self._undo(kind, broker_id)
         except Exception as exc:
             self._heal_failed({"kind": kind, "broker": broker_id}, exc)
             return False
         if record:
-            self.record("heal", {"kind": kind, "broker": broker_id})
+            self.record("heal", {"kind": kind, "broker": broker_id, **facts})
         return True
 
     def _heal_failed(self, detail: dict, exc: BaseException) -> None:
@@ -341,7 +352,11 @@ class FaultInjector:
             log.warning("cannot resolve the target of %s: %s", fault.describe(), exc)
             return -1
 
-    async def _inject(self, kind: str, broker_id: int) -> None:
+    async def _inject(self, kind: str, broker_id: int) -> dict:
+        """Inject the fault; what the fault event records besides its schedule (or {})."""
+        if kind in FD_FAULT_KINDS:
+            self.fd_limited.add(broker_id)  # first: a limit set before a failure is still restored
+            return await asyncio.to_thread(self.backend.limit_open_files, broker_id) or {}
         if kind in ("kill", "controller", "term"):
             self.down.add(broker_id)  # first: a broker that died before the signal is restarted too
             crash = kind != "term"
@@ -358,10 +373,21 @@ class FaultInjector:
             await asyncio.to_thread(self.backend.fill_disk if fill else self.backend.break_disk, broker_id)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
+        return {}
 
-    async def _undo(self, kind: str, broker_id: int) -> None:
+    async def _undo(self, kind: str, broker_id: int) -> dict:
         """Undo every fault in force on ``broker_id``; each step leaves the sets once it is done,
-        so a step that raises is tried again by the next heal."""
+        so a step that raises is tried again by the next heal. What the heal event records
+        besides the kind and the broker (an fd-pressure heal's facts), or {}."""
+        facts: dict = {}
+        if broker_id in self.fd_limited:
+            try:
+                facts = await asyncio.to_thread(self.backend.restore_open_files, broker_id) or {}
+            except ProcessGone as exc:  # it died under the fault: restart it, and say so
+                self.say(f"broker {broker_id} exited under fd-pressure: {exc}")
+                facts = {"exited": True, "error": str(exc)}
+                self.down.add(broker_id)
+            self.fd_limited.discard(broker_id)
         if broker_id in self.paused:
             await asyncio.to_thread(self.backend.resume, broker_id)
             self.paused.discard(broker_id)
@@ -378,15 +404,20 @@ class FaultInjector:
         if broker_id in self.down:
             await asyncio.to_thread(self.backend.restart, broker_id)
             self.down.discard(broker_id)
+        return facts
 
     def unhealed(self) -> list[str]:
         """What is still faulted ("ZooKeeper", "broker 2", "partition chaos-3 (moving)"): empty
         after a complete heal."""
-        brokers = sorted(self.paused | self.isolated | self.down | set(self.disks))
+        brokers = sorted(self.faulted())
         moves = [f"partition {m.tp} (moving)" for m in self.moves + self.unfinished_moves]
         consumers = [f"consumer {name}" for name in sorted(self.consumers_down)]
         zookeeper = ["ZooKeeper"] if self.zookeeper_paused else []
         return zookeeper + [f"broker {b}" for b in brokers] + moves + consumers
+
+    def faulted(self) -> set[int]:
+        """The brokers with a fault in force."""
+        return self.paused | self.isolated | self.down | set(self.disks) | self.fd_limited
 
     async def heal_all(self) -> None:
         """Undo every fault still in force (an interrupted run must still leave brokers up); a heal
@@ -398,7 +429,7 @@ class FaultInjector:
                 self.record("heal", {"kind": "final", "target": "zookeeper"})
             except Exception as exc:
                 self._heal_failed({"kind": "final", "target": "zookeeper"}, exc)
-        for broker_id in sorted(self.paused | self.isolated | self.down | set(self.disks)):
+        for broker_id in sorted(self.faulted()):
             self.say(f"healing broker {broker_id}")
             await self._heal("final", broker_id)
         await self._heal_moves()

@@ -469,7 +469,7 @@ async def _progress(
         await asyncio.sleep(5)
         workload.ledger.flush()  # chunks are written as entries arrive; this one if they stopped
         s = workload.stats
-        down = sorted(injector.down | injector.paused | injector.isolated | set(injector.disks))
+        down = sorted(injector.faulted())
         say(
             f"t+{time.monotonic() - started:4.0f}s/{duration_s:.0f}s  acknowledged {s.acknowledged:,}  "
             f"failed {s.failed:,}  brokers faulted now: {down or 'none'}"

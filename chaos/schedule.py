@@ -7,23 +7,25 @@ cluster at the moment the fault fires, because who leads depends on what happene
 
 The fault kinds (docs/operations.md "Chaos runs and verification" lists them for operators):
 
-========== =============================================== ==========================================
-kind       what it does                                    what it imitates
-========== =============================================== ==========================================
-kill       SIGKILL a partition leader, restart it later     a crash (KafkaController.onBrokerFailure)
-controller SIGKILL the active controller, restart it later  controller failover (onControllerFailover)
-pause      SIGSTOP longer than the ZooKeeper session, CONT  a long GC pause: the session expires
-term       SIGTERM (controlled shutdown), restart later     a rolling restart
-partition  isolate a broker's network, heal later (root)    a network partition
-disk-full  fill the broker's disk (ENOSPC), free it later   a full disk (KIP-112 log-dir failure)
-disk-error fail every write with EIO, pass through later    a failing disk (KIP-112 log-dir failure)
-zk-pause   SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: ConnectionLoss and
-                                                           SUSPENDED, but every session survives
-reassign   move a partition to random live brokers (same    kafka-reassign-partitions.sh during
-           replication factor), wait for it to complete     load (KIP-455, onPartitionReassignment)
-consumer   crash a member of the run's consumer group (no   a consumer process killed: the
-           commit, no LeaveGroup), start a fresh one later  coordinator expels it by session timeout
-========== =============================================== ==========================================
+=========== =============================================== ==========================================
+kind        what it does                                    what it imitates
+=========== =============================================== ==========================================
+kill        SIGKILL a partition leader, restart it later     a crash (KafkaController.onBrokerFailure)
+controller  SIGKILL the active controller, restart it later  controller failover (onControllerFailover)
+pause       SIGSTOP longer than the ZooKeeper session, CONT  a long GC pause: the session expires
+term        SIGTERM (controlled shutdown), restart later     a rolling restart
+partition   isolate a broker's network, heal later (root)    a network partition
+disk-full   fill the broker's disk (ENOSPC), free it later   a full disk (KIP-112 log-dir failure)
+disk-error  fail every write with EIO, pass through later    a failing disk (KIP-112 log-dir failure)
+zk-pause    SIGSTOP ZooKeeper under the session, then CONT   a ZooKeeper stall: ConnectionLoss and
+                                                            SUSPENDED, but every session survives
+fd-pressure lower a leader's open-file limit (prlimit) just   a broker out of file descriptors
+            above what it holds, restore it later            (EMFILE on accept, connect, open)
+reassign    move a partition to random live brokers (same    kafka-reassign-partitions.sh during
+            replication factor), wait for it to complete     load (KIP-455, onPartitionReassignment)
+consumer    crash a member of the run's consumer group (no   a consumer process killed: the
+            commit, no LeaveGroup), start a fresh one later  coordinator expels it by session timeout
+=========== =============================================== ==========================================
 
 The two disk kinds are not in ``FAULT_KINDS`` (the set every run and test draws from): they
 need root and a cluster whose brokers sit on faultable disks (``cluster up --disk-faults``,
@@ -37,6 +39,13 @@ server process). It lasts ``zk_pause_s``, by default a third of ``pause_s``: hal
 timeout when ``pause_s`` is 1.5 session timeouts, as chaos/run.py makes it. So every client
 (controller, brokers) sees ConnectionLoss and goes SUSPENDED, yet no session expires: nothing
 moves unless a component mistakes a disconnection for a lost session.
+
+``fd-pressure`` is not in ``FAULT_KINDS`` either (adding a kind there would change every seed's
+schedule): a run asks for it by name. Its target is the leader of partition P, drawn like a
+kill's; its length is drawn like a kill's (3-8 s), so a schedule holding it draws nothing more
+and a seed's schedule of the older kinds is unchanged. chaos/fd_pressure.py sets the limit (the
+first free descriptor number: no room beyond what the broker holds) and restores it; the
+heal restarts the broker if it died under the fault, and says so on the timeline.
 
 ``reassign`` is not in ``FAULT_KINDS`` either: on a cluster with as many brokers as replicas a
 move can only reorder them, so a run asks for it by name, with more brokers than the replication
@@ -65,7 +74,8 @@ FAULT_KINDS = ("kill", "controller", "pause", "term", "partition")
 DISK_FAULT_KINDS = ("disk-full", "disk-error")
 ZK_FAULT_KINDS = ("zk-pause",)
 REASSIGN_FAULT_KINDS = ("reassign",)
-ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + REASSIGN_FAULT_KINDS
+FD_FAULT_KINDS = ("fd-pressure",)  # asked for by name (module docstring)
+ALL_FAULT_KINDS = FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + FD_FAULT_KINDS + REASSIGN_FAULT_KINDS
 CONSUMER_FAULT_KINDS = ("consumer",)  # the workload's consumers, not the cluster (module docstring)
 FAULT_VOCABULARY = ALL_FAULT_KINDS + CONSUMER_FAULT_KINDS
 #: The kinds that draw a seeded ``pick`` (no other kind draws one, so old seeds hold).
@@ -99,6 +109,7 @@ class Fault:
             "disk-full": f"fill the disk of {whose} (ENOSPC)",
             "disk-error": f"fail every write to the disk of {whose} (EIO)",
             "zk-pause": "SIGSTOP the ZooKeeper server",
+            "fd-pressure": f"lower the open-file limit of the leader of partition {self.partition}",
             "reassign": f"move partition {self.partition} to random live brokers (reassignment)",
             "consumer": "crash a consumer of the group (no commit, no LeaveGroup)",
         }[self.kind]

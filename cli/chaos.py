@@ -102,10 +102,11 @@ def chaos() -> None:
     default="kill,pause,controller,term",
     show_default=True,
     help="Comma-separated from kill, pause, controller, term, partition, disk-full, disk-error, "
-    "zk-pause, reassign, consumer (partition and the disk faults need root; the disk faults put the "
-    "brokers on faultable disks; zk-pause stops ZooKeeper for half a session timeout, local backend "
-    "only; reassign moves a partition to random live brokers, so it needs more brokers than replicas; "
-    "consumer crashes a member of the consumer group, so it needs --consumers).",
+    "zk-pause, fd-pressure, reassign, consumer (partition and the disk faults need root; the disk "
+    "faults put the brokers on faultable disks; zk-pause stops ZooKeeper for half a session timeout, "
+    "local backend only; fd-pressure lowers a leader's open-file limit just above the descriptors it "
+    "holds with prlimit, then restores it; reassign moves a partition to random live brokers, so it needs more "
+    "brokers than replicas; consumer crashes a member of the consumer group, so it needs --consumers).",
 )
 @click.option("--topic", default="chaos", show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=6, show_default=True)

@@ -37,6 +37,8 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
 
+from zk.poll_handler import PollThreadingHandler
+
 log = logging.getLogger(__name__)
 
 
@@ -160,8 +162,17 @@ class ZkBridge:
         # after a long outage a broker would come back long after ZooKeeper did (and its session
         # would expire for nothing); Kafka's client retries its connection without such growth.
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-        factory = KazooClient if client_factory is None else client_factory
-        self.client = factory(hosts=connect, timeout=session_timeout_ms / 1000.0, connection_retry=retry)
+        if client_factory is None:  # kazoo's, polling without a descriptor per wait (zk/poll_handler.py)
+            self.client = KazooClient(
+                hosts=connect,
+                timeout=session_timeout_ms / 1000.0,
+                connection_retry=retry,
+                handler=PollThreadingHandler(),
+            )
+        else:
+            self.client = client_factory(
+                hosts=connect, timeout=session_timeout_ms / 1000.0, connection_retry=retry
+            )
         #: the client calls back on the loop's own thread (no kazoo threads to hop from)
         self._on_loop = asyncio.iscoroutinefunction(getattr(self.client, "start", None))
         #: multiRead through kazoo's request queue (:meth:`get_many`): kazoo's client only

@@ -54,7 +54,9 @@ def test_fault_kinds_are_parsed_with_a_clear_error():
 
 def test_disk_faults_are_asked_for_by_name_and_target_leaders_and_followers():
     assert not set(DISK_FAULT_KINDS) & set(FAULT_KINDS)  # not in the set every run draws from
-    assert ALL_FAULT_KINDS == FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + REASSIGN_FAULT_KINDS
+    assert ALL_FAULT_KINDS == (
+        FAULT_KINDS + DISK_FAULT_KINDS + ZK_FAULT_KINDS + ("fd-pressure",) + REASSIGN_FAULT_KINDS
+    )
     assert not set(REASSIGN_FAULT_KINDS) & set(FAULT_KINDS)  # asked for by name, as the disk faults
     roles = set()
     for seed in range(20):
