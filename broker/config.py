@@ -62,6 +62,7 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("zookeeper.connection.timeout.ms", "int", 18000, low=1000),
     Prop("num.network.threads", "int", 3, low=1),
     Prop("num.io.threads", "int", 8, low=1),
+    Prop("num.recovery.threads.per.data.dir", "int", 1, low=1),
     Prop("queued.max.requests", "int", 500, low=1),
     Prop("socket.request.max.bytes", "int", 104857600, low=1),
     Prop(
@@ -178,6 +179,7 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("log.index.size.max.bytes", "int", 10485760, low=4),
     Prop("log.segment.open.files.max", "int", -1, low=-1),  # docs/design.md "Open files at scale"
     Prop("max.broker.partitions", "int", INT_MAX, low=1),  # KIP-578
+    Prop("log.dir.min.free.bytes", "int", -1, low=-1),  # docs/design.md "Disk space as a budget"
     Prop("message.max.bytes", "int", 1048588, low=0),
     CLEANUP_POLICY_PROPERTY,
     Prop(

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from broker.log.disk_space import LogDirSpaceView
 from broker.log.file_cache import SegmentFileStats
 from broker.loop_stall import STALL_BUCKETS_S, StallStats
 from client.protocol.api import ApiKey
@@ -63,6 +64,8 @@ class BrokerState:
     #: KIP-73: bytes/s of throttled replication, sent as leader and fetched as follower
     leader_replication_byte_rate: float = 0.0
     follower_replication_byte_rate: float = 0.0
+    #: each log dir's free space and floor (docs/design.md "Disk space as a budget (issue 25)")
+    log_dir_space: list[LogDirSpaceView] = field(default_factory=list)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -148,6 +151,7 @@ class _StateCollector(Collector):
             errors.add_metric([name], count)
         yield errors
         yield from self._files(state)
+        yield from self._disk_space(state.log_dir_space)
         yield CounterMetricFamily(
             "kafka_server_replicamanager_isrshrinks",
             "ISR shrinks written by this broker",
@@ -207,6 +211,52 @@ class _StateCollector(Collector):
                 "Idle segment .log files closed because an open met EMFILE or ENFILE",
                 value=cache.exhaustion_evictions,
             )
+
+    @staticmethod
+    def _disk_space(dirs: list[LogDirSpaceView]) -> Iterator:
+        """Each log dir's free space against its floor, labelled as Kafka labels its per-dir
+        LogDirectoryOffline gauge (``logDirectory``)."""
+        label = ["logDirectory"]
+        families = {
+            "total": GaugeMetricFamily(
+                "kafka_log_logmanager_logdirectorytotalbytes",
+                "Size of the filesystem holding the log dir (at its last measurement)",
+                labels=label,
+            ),
+            "usable": GaugeMetricFamily(
+                "kafka_log_logmanager_logdirectoryusablebytes",
+                "Bytes of that filesystem still usable (statvfs f_bavail, at its last measurement)",
+                labels=label,
+            ),
+            "floor": GaugeMetricFamily(
+                "kafka_log_logmanager_logdirectoryminfreebytes",
+                "The log dir's free-space floor in force (log.dir.min.free.bytes; 0: none)",
+                labels=label,
+            ),
+            "below": GaugeMetricFamily(
+                "kafka_log_logmanager_logdirectorybelowminfree",
+                "1 while the log dir is below its floor: appends to it refused, fetches for it paused",
+                labels=label,
+            ),
+            "refused": CounterMetricFamily(
+                "kafka_log_logmanager_logdirectoryrefusedappends",
+                "Appends refused because the log dir was below its free-space floor",
+                labels=label,
+            ),
+        }
+        for d in dirs:
+            name = [str(d.log_dir)]
+            families["total"].add_metric(name, d.total_bytes)
+            families["usable"].add_metric(name, d.usable_bytes)
+            families["floor"].add_metric(name, d.floor)
+            families["below"].add_metric(name, int(d.below))
+            families["refused"].add_metric(name, d.refused_appends)
+        yield from families.values()
+        yield _gauge(
+            "kafka_log_logmanager_belowminfreelogdirectorycount",
+            "Log dirs of this broker below their free-space floor (issue 25)",
+            sum(1 for d in dirs if d.below),
+        )
 
 
 class _LoopStallCollector(Collector):

@@ -29,14 +29,16 @@ from broker.controlled_shutdown import controlled_shutdown
 from broker.coordinator import group_offsets
 from broker.dynamic_broker_config import BrokerConfigHandler
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
-from broker.file_budget import current_budget, log_budget, open_files
+from broker.file_budget import current_budget, log_budget
 from broker.group_apis import build_group_apis
 from broker.kafka_protocol.codec import wire_codecs
 from broker.log import LogManager
+from broker.log.disk_space import REFRESH_INTERVAL_MS
 from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.loop_stall import LoopStallMonitor
 from broker.metadata_cache import MetadataCache
-from broker.metrics import BrokerMetrics, BrokerState, PartitionView
+from broker.metrics import BrokerMetrics, BrokerState
+from broker.metrics_snapshot import broker_state
 from broker.network import Request, SocketServer
 from broker.replica.fetcher_manager import ReplicaFetcherManager
 from broker.replica.isr_manager import ISR_CHANGE_PROPAGATION_INTERVAL_MS, ZkIsrStore
@@ -44,7 +46,6 @@ from broker.replica.replica_manager import ReplicaManager
 from broker.server_runtime import ServerRuntime, wall_clock_ms
 from broker.state_change_log import StateChangeLog
 from client.connection import BrokerConnection
-from controller import preferred_election
 from controller.controller import KafkaController
 from zk.bridge import ZkBridge
 from zk.client import get_or_create_cluster_id, get_topic_config, propagate_log_dir_event, register_broker
@@ -145,6 +146,7 @@ class BrokerServer:
             self.log_dir_failures,
             schedule_once=self.runtime.schedule_once,
             segment_files_max=self.file_budget.segment_files,
+            recovery_threads=cfg["num.recovery.threads.per.data.dir"],
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
         if self.log_dir_failures.resource_errors:  # EMFILE loading the logs: not a disk failure
@@ -224,36 +226,13 @@ class BrokerServer:
         return partial(ReplicaFetcherManager, connect=open_connection)
 
     def _metrics_snapshot(self) -> BrokerState:
-        """The gauges of docs/operations.md "Metrics", read from the subsystems that own the state,
-        at scrape time. Runs on the metrics server's thread: it only reads plain attributes (a
-        scrape racing a change may see either side of it, as a JMX read would)."""
-        rm = self.replica_manager
-        partitions = [
-            PartitionView(
-                p.is_leader,
-                len(p.assigned_replicas),
-                len(p.isr),
-                rm.min_insync_replicas(p.topic),
-                p.reassigning,
-            )
-            for p in list(rm.partitions.values())
-        ]
-        isr = rm.isr_manager
-        return BrokerState(
-            active_controller=self.controller.is_active,
-            offline_partitions=self.controller.offline_partitions_count,
-            partitions=partitions,
-            isr_shrinks=isr.isr_shrinks if isr else 0,
-            isr_expands=isr.isr_expands if isr else 0,
-            offline_replicas=len(rm.offline_partitions),
-            offline_log_dirs=len(self.log_dir_failures.offline_dirs),
-            resource_errors=self.log_dir_failures.resource_errors,
-            file_budget=self.file_budget,
-            open_files=open_files(),
-            segment_files=self.log_manager.segment_file_stats,
-            preferred_replica_imbalance=preferred_election.preferred_replica_imbalance_count(self.controller),
-            leader_replication_byte_rate=rm.quotas.leader.rate(self.time_ms()),
-            follower_replication_byte_rate=rm.quotas.follower.rate(self.time_ms()),
+        return broker_state(
+            self.replica_manager,
+            self.controller,
+            self.log_dir_failures,
+            self.log_manager,
+            self.file_budget,
+            self.time_ms(),
         )
 
     async def _handle(self, request: Request) -> None:
@@ -404,6 +383,7 @@ class BrokerServer:
             ),
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
             ("kafka-delete-logs", 1000, self.log_manager.delete_doomed_logs),
+            ("log-dir-free-space", REFRESH_INTERVAL_MS, self.replica_manager.disk_space.refresh),  # issue 25
             (
                 "producer-id-expiration",
                 cfg["producer.id.expiration.check.interval.ms"],

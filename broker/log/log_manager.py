@@ -67,12 +67,15 @@ class LogManager:
         cleaner_config: CleanerConfig | None = None,
         cleaner_executor: Executor | None = None,
         segment_files_max: int = DEFAULT_SEGMENT_FILES_MAX,
+        recovery_threads: int = 1,
     ) -> None:
         """``schedule_once`` runs each roll's "flush-log" job (Kafka's scheduler); by default a
         flusher thread of this manager's own, so the fsyncs stay off the append path. The log
         cleaner runs with ``cleaner_config`` (default: ``default_config.cleaner``) and does its
         work through ``cleaner_executor`` (None: the event loop's default executor). At most
-        ``segment_files_max`` segment files are open at once (more only while pinned)."""
+        ``segment_files_max`` segment files are open at once (more only while pinned).
+        ``recovery_threads`` (``num.recovery.threads.per.data.dir``) open each dir's logs at
+        start-up."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -80,8 +83,10 @@ class LogManager:
             raise ValueError(f"duplicate log dirs in {self.log_dirs}")
         self.default_config = default_config
         self._time_ms = time_ms
+        self.recovery_threads = max(1, recovery_threads)
         self.file_cache = SegmentFileCache(segment_files_max)
         self._logs: dict[TopicPartition, Log] = {}
+        self._dir_counts: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)  # logs per dir, kept by _put/_pop
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # taken under a log's lock: never take a log's under it
         self._doomed: list[tuple[int, Path]] = []  # (when, dir) of deleted logs' renamed dirs
@@ -135,17 +140,65 @@ class LogManager:
                     self._load_dir(log_dir, topic_configs)
                 if self.is_offline(log_dir):
                     for tp in list(self._logs_in(log_dir)):
-                        self._logs.pop(tp).close()
+                        self._pop(tp).close()
         if self._loop is not None:
             self.start_cleaner(self._loop)
 
     def _load_dir(self, log_dir: Path, topic_configs: Mapping[str, LogConfig]) -> None:
+        """Open every log of ``log_dir``, ``recovery_threads`` at a time (Kafka's
+        num.recovery.threads.per.data.dir: the recovery's fsyncs overlap), then adopt them in
+        directory order, so what follows never depends on the threads' timing."""
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
         log.info("loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
+        started = self._time_ms()
+        paths = self._log_paths(log_dir)
+
+        def open_log(tp: TopicPartition, path: Path) -> Log:
+            opened = Log.open(
+                path,
+                topic_configs.get(tp[0], self.default_config),
+                self._time_ms,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                clean_shutdown=clean,
+                failure_channel=self.failure_channel,
+                file_cache=self.file_cache,
+            )
+            opened.update_high_watermark(high_watermarks.get(tp, 0))
+            return opened
+
+        with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="log-recovery") as pool:
+            futures = [pool.submit(open_log, tp, path) for tp, path in paths]
+        for i, ((tp, _), future) in enumerate(zip(paths, futures, strict=True)):
+            try:
+                opened = future.result()
+            except BaseException:  # load_logs closes those put; close the others opened
+                for other in futures[i + 1 :]:
+                    if other.exception() is None:
+                        other.result().close()
+                raise
+            self._adopt(opened)
+            self._put(tp, opened)
+        took_s = (self._time_ms() - started) / 1000
+        log.info(
+            "loaded %d logs from %s in %.1f s (%d threads)",
+            len(paths),
+            log_dir,
+            took_s,
+            self.recovery_threads,
+        )
+        if clean:
+            marker.unlink()
+            fsync_dir(log_dir)
+
+    def _log_paths(self, log_dir: Path) -> list[tuple[TopicPartition, Path]]:
+        """The ``<topic>-<partition>`` dirs of ``log_dir``, in name order; a deleted log's
+        leftover ``-delete`` dir is removed."""
+        paths: list[tuple[TopicPartition, Path]] = []
         for path in sorted(log_dir.iterdir()):
             if not path.is_dir():
                 continue
@@ -162,27 +215,24 @@ class LogManager:
                 raise RuntimeError(
                     f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}"
                 )
-            opened = Log.open(
-                path,
-                topic_configs.get(tp[0], self.default_config),
-                self._time_ms,
-                recovery_point=recovery_points.get(tp, 0),
-                log_start_offset=start_offsets.get(tp, 0),
-                clean_shutdown=clean,
-                failure_channel=self.failure_channel,
-                file_cache=self.file_cache,
-            )
-            opened.update_high_watermark(high_watermarks.get(tp, 0))
-            self._adopt(opened)
-            self._logs[tp] = opened
-        if clean:
-            marker.unlink()
-            fsync_dir(log_dir)
+            paths.append((tp, path))
+        return paths
 
     def start_cleaner(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the log cleaner's task on ``loop`` (from any thread; nothing when disabled or
         already started). :meth:`load_logs` does it on the loop the manager was built on."""
         loop.call_soon_threadsafe(self.cleaner.startup, loop)
+
+    def _put(self, tp: TopicPartition, lg: Log) -> None:
+        """Add a log, counting it in its dir (placement reads the counts: no scan per creation)."""
+        self._logs[tp] = lg
+        self._dir_counts[lg.log_dir] += 1
+
+    def _pop(self, tp: TopicPartition) -> Log | None:
+        lg = self._logs.pop(tp, None)
+        if lg is not None:
+            self._dir_counts[lg.log_dir] -= 1
+        return lg
 
     def _adopt(self, lg: Log) -> None:
         """Give a log the manager's scheduler and truncation checkpoint (before anyone uses it)."""
@@ -213,7 +263,7 @@ class LogManager:
             return dict(self._logs)
 
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
-        return {tp: lg for tp, lg in self._logs.items() if lg.dir.parent == log_dir}
+        return {tp: lg for tp, lg in self._logs.items() if lg.log_dir == log_dir}
 
     def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
         """Forget every log in the offline ``log_dir`` (closing them); returns their partitions.
@@ -221,7 +271,7 @@ class LogManager:
         with self._lock:
             doomed = self._logs_in(log_dir)
             for tp, lg in doomed.items():
-                del self._logs[tp]
+                self._pop(tp)
                 lg.close()
             log.error(
                 "stopped serving %d log(s) in offline log dir %s: %s",
@@ -256,11 +306,7 @@ class LogManager:
                 raise KafkaStorageError(
                     f"cannot create a log for {topic}-{partition}: every log dir is offline"
                 )
-            counts = {d: 0 for d in online}
-            for lg in self._logs.values():
-                if lg.dir.parent in counts:
-                    counts[lg.dir.parent] += 1
-            log_dir = min(online, key=lambda d: counts[d])  # Kafka: the dir with the fewest partitions
+            log_dir = min(online, key=self._dir_counts.__getitem__)  # Kafka: the fewest partitions
             with self.failure_channel.io_errors(
                 log_dir, f"Error while creating log for {topic}-{partition} in dir {log_dir}"
             ):
@@ -277,22 +323,29 @@ class LogManager:
                     created.close()  # EMFILE opening the dir: the next attempt reopens the log
                     raise
             self._adopt(created)
-            self._logs[(topic, partition)] = created
+            self._put((topic, partition), created)
             log.info("created log for %s-%d in %s", topic, partition, log_dir)
             return created
 
-    def delete_log(self, topic: str, partition: int) -> None:
+    def delete_log(self, topic: str, partition: int, checkpoint: bool = True) -> Path | None:
         """Remove the partition's log (Kafka's LogManager.asyncDelete): rename its dir to
         ``<topic>-<partition>.<uuid>-delete`` (so a crash midway leaves nothing that loads as a
         log), rewrite that dir's checkpoints, and remove the renamed dir ``file.delete.delay.ms``
-        later (:meth:`delete_doomed_logs`; a broker that stops first removes it when it loads)."""
+        later (:meth:`delete_doomed_logs`; a broker that stops first removes it when it loads).
+        Returns the log dir it was in (None: no such log).
+
+        ``checkpoint`` False leaves the checkpoints to the caller's :meth:`checkpoint_log_dirs`
+        once its batch is done (a StopReplica of thousands of partitions would otherwise rewrite
+        every checkpoint of the dir once per partition: O(N²)). The caller must do it before it
+        answers: until then the checkpoints still name the deleted partitions, and a partition
+        of the same name created afterwards must not inherit their recovery points."""
         with self._lock:
-            removed = self._logs.pop((topic, partition), None)
+            removed = self._pop((topic, partition))
             if removed is None:
-                return
+                return None
             removed.close(write_indexes=False)
             self.cleaner.forget(removed)
-            log_dir = removed.dir.parent
+            log_dir = removed.log_dir
             doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
             with self.failure_channel.io_errors(
                 log_dir, f"Error while deleting log for {topic}-{partition} in dir {log_dir}"
@@ -306,10 +359,18 @@ class LogManager:
                 log_dir,
                 removed.config.file_delete_delay_ms,
             )
-            self._write_checkpoints(log_dir)
+            if checkpoint:
+                self._write_checkpoints(log_dir)
             self._doomed.append((self._time_ms() + removed.config.file_delete_delay_ms, doomed))
         if removed.config.file_delete_delay_ms == 0:
             self.delete_doomed_logs()
+        return log_dir
+
+    def checkpoint_log_dirs(self, log_dirs: set[Path]) -> None:
+        """Rewrite the three checkpoints of each of ``log_dirs`` (after deletions without them)."""
+        with self._lock:
+            for log_dir in sorted(log_dirs):
+                self._write_checkpoints(log_dir)
 
     def delete_doomed_logs(self) -> None:
         """Remove the renamed directories of deleted logs whose delay has passed (Kafka's
@@ -329,7 +390,7 @@ class LogManager:
             for log_dir in log_dirs or self.log_dirs:
                 if self.is_offline(log_dir):
                     continue
-                offsets = {tp: value(lg) for tp, lg in list(self._logs.items()) if lg.dir.parent == log_dir}
+                offsets = {tp: value(lg) for tp, lg in list(self._logs.items()) if lg.log_dir == log_dir}
                 with self.failure_channel.io_errors(
                     log_dir, f"Error while writing {name} in dir {log_dir}", reraise=False
                 ):
@@ -425,6 +486,7 @@ class LogManager:
                     (log_dir / CLEAN_SHUTDOWN_FILE).touch()
                     fsync_dir(log_dir)
             self._logs.clear()
+            self._dir_counts = dict.fromkeys(self.log_dirs, 0)
             offline = sorted(str(d) for d in self.failure_channel.offline_dirs)
             if offline:
                 log.warning(

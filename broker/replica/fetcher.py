@@ -17,6 +17,12 @@ flight replaces the partition's :class:`FetchState`, and the old answer is dropp
 adds and removes partitions through :class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`
 (Kafka's AbstractFetcherManager), which keeps one fetcher per leader and endpoint.
 
+Issue 25's free-space floor (broker/log/disk_space.py; docs/design.md "Disk space as a budget
+(issue 25)"): a partition whose log dir is below its floor is left out of the FETCH until space
+returns, as a throttled one is; the leader's lag rules then take it out of the ISR, and it
+catches up and rejoins once fetching again. The group coordinator's partitions are exempt, as
+their leader's appends are.
+
 KIP-73's follower throttle: while this broker's FollowerReplication rate is over its bound, a
 throttled partition that is not in sync (its last answer showed a lag) is left out of the FETCH,
 and the bytes fetched for throttled partitions are counted (Kafka's shouldFollowerThrottle).
@@ -31,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC
 from broker.replica.truncation import (
     TruncationPolicy,
     truncation_by_high_watermark,
@@ -338,6 +345,8 @@ class ReplicaFetcher:
                 continue
             if over_quota and not state.in_sync and quota.is_throttled(tp):
                 continue  # KIP-73: held back until the follower's replication rate is under its bound
+            if tp[0] != GROUP_METADATA_TOPIC and self.rm.disk_space.below_floor(log_.log_dir):
+                continue  # issue 25: paused until its log dir is above its free-space floor again
             sent[tp] = state
             topics.setdefault(tp[0], []).append(
                 {

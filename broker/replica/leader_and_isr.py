@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -98,10 +99,18 @@ class ReplicaState(Protocol):
     def wake(self, tp: TopicPartition) -> None: ...
 
 
+#: A LeaderAndIsr making more partitions leaders than this applies them this many at a time, each
+#: new leader epoch's checkpoint written on :data:`EPOCH_WRITE_THREADS` threads (docs/design.md
+#: "The controller at scale (issue 25)", "Leader epochs in parallel").
+EPOCH_WRITE_WINDOW = 64
+EPOCH_WRITE_THREADS = 16
+
+
 class LeaderAndIsrHandler:
     def __init__(self, replica_manager: ReplicaState) -> None:
         self.rm = replica_manager
         self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
+        self._epoch_writers: ThreadPoolExecutor | None = None  # started by the first large batch
 
     async def become_leader_or_follower(self, body: dict) -> dict:
         """Apply a LeaderAndIsr request. Requests are applied one at a time (Kafka's
@@ -209,12 +218,7 @@ class LeaderAndIsrHandler:
             )
             results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
         codes = {(r["topic"], r["partition"]): r for r in results}
-        for partition, state in to_lead:
-            await pause()
-            try:
-                await self._make_leader(partition, state, partition.key in new_replicas)
-            except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
-                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+        await self._make_leaders(to_lead, new_replicas, codes, pause)
         for partition, state in to_follow:
             await pause()
             try:
@@ -224,6 +228,34 @@ class LeaderAndIsrHandler:
             except Exception as exc:  # noqa: BLE001
                 codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
         return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    async def _make_leaders(
+        self,
+        to_lead: list[tuple[Partition, PartitionState]],
+        new_replicas: set[TopicPartition],
+        codes: dict[TopicPartition, dict],
+        pause: CooperativeYield,
+    ) -> None:
+        """Make each partition of ``to_lead`` a leader, its failure reported in ``codes``. A new
+        leader's first step writes its epoch checkpoint, two fsyncs (LeaderEpochFileCache.assign,
+        as Kafka's). A batch of more than EPOCH_WRITE_WINDOW leaders (a failover, a topic created)
+        goes that many at a time with the writes on threads, where concurrent fsyncs share the
+        file system's journal commits; a few leaders (an election, the simulator's batches) go one
+        after another on the loop, as before."""
+        window = EPOCH_WRITE_WINDOW if len(to_lead) > EPOCH_WRITE_WINDOW else 1
+        if window > 1 and self._epoch_writers is None:
+            self._epoch_writers = ThreadPoolExecutor(EPOCH_WRITE_THREADS, thread_name_prefix="leader-epoch")
+        writers = self._epoch_writers if window > 1 else None
+
+        async def make_leader(partition: Partition, state: PartitionState) -> None:
+            try:
+                await self._make_leader(partition, state, partition.key in new_replicas, writers)
+            except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+
+        for start in range(0, len(to_lead), window):
+            await pause()
+            await asyncio.gather(*(make_leader(p, s) for p, s in to_lead[start : start + window]))
 
     def _role_change_failed(self, partition: Partition, state: PartitionState, exc: Exception) -> int:
         """One partition of a LeaderAndIsr could not be applied: its error code for the response.
@@ -296,12 +328,22 @@ class LeaderAndIsrHandler:
             log_.update_config(config)
         return log_
 
-    async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
+    async def _make_leader(
+        self, partition: Partition, state: PartitionState, is_new: bool, writers: Executor | None = None
+    ) -> None:
+        """``writers``: write the epoch checkpoint there (an append meanwhile records the same
+        epoch from its batch, and the write then adds nothing); None: here, on the loop."""
         log_ = await self._log_for(partition.topic, partition.partition, is_new)
         self.rm.fetchers.remove_partition(partition.key)
         partition.make_leader(state, log_.log_end_offset, self.rm.time_ms())
         # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
-        log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
+        if writers is None:
+            log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
+        else:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(
+                writers, log_.assign_leader_epoch, state.leader_epoch, log_.log_end_offset
+            )
         self.rm.state_change_log(
             {
                 "event": "BecameLeader",
@@ -352,50 +394,67 @@ class LeaderAndIsrHandler:
             }
         results = []
         pause = CooperativeYield(self.rm.time_ms)
-        for entry in body["partitions"]:
-            await pause()
-            tp = (entry["topic"], entry["partition"])
-            if tp in self.rm.offline_partitions:
-                # Its files are on an offline dir: nothing to stop, and nothing can be deleted
-                # until the broker restarts (then the controller resends StopReplica).
-                if body["delete_partitions"]:
-                    results.append(
-                        {"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.KAFKA_STORAGE_ERROR}
-                    )
-                    continue
-                results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
-                continue
-            self.rm.fetchers.remove_partition(tp)
+        deleted_in: set[Path] = set()  # the log dirs whose checkpoints name deleted partitions
+        try:
+            for entry in body["partitions"]:
+                await pause()
+                tp = (entry["topic"], entry["partition"])
+                results.append(
+                    {
+                        "topic": tp[0],
+                        "partition": tp[1],
+                        "error_code": self._stop_replica(tp, body, deleted_in),
+                    }
+                )
+        finally:
+            # once per dir and request, before the answer (LogManager.delete_log, ``checkpoint``)
+            self.rm.log_manager.checkpoint_log_dirs(deleted_in)
             if body["delete_partitions"]:
-                partition = self.rm.partitions.pop(tp, None)
-                try:
-                    self.rm.log_manager.delete_log(*tp)
-                except KafkaStorageError as exc:
-                    log.error("cannot delete %s-%s: %s", *tp, exc)
-                    self.rm.wake(tp)
-                    results.append({"topic": tp[0], "partition": tp[1], "error_code": exc.code})
-                    continue
-                if not any(t == tp[0] for t, _ in self.rm.partitions):
-                    self.rm.topic_configs.pop(tp[0], None)
-                    self.rm.topic_overrides.pop(tp[0], None)
-                    self.rm.quotas.leader.remove_throttle(tp[0])
-                    self.rm.quotas.follower.remove_throttle(tp[0])
-            else:
-                partition = self.rm.partitions.get(tp)
-                if partition is not None and partition.is_leader:
-                    partition.leader_id = NO_LEADER  # stopped: no longer serves as leader, keeps its epoch
-            self.rm.wake(tp)
-            self.rm.state_change_log(
-                {
-                    "event": "StopReplica",
-                    "topic": tp[0],
-                    "partition": tp[1],
-                    "delete": body["delete_partitions"],
-                    "was_hosted": partition is not None,
-                }
-            )
-            results.append({"topic": tp[0], "partition": tp[1], "error_code": ErrorCode.NONE})
+                self._forget_deleted_topics({e["topic"] for e in body["partitions"]})
         return {"error_code": ErrorCode.NONE, "partitions": results}
+
+    def _stop_replica(self, tp: TopicPartition, body: dict, deleted_in: set[Path]) -> int:
+        """One partition of a StopReplica; its error code."""
+        if tp in self.rm.offline_partitions:
+            # Its files are on an offline dir: nothing to stop, and nothing can be deleted
+            # until the broker restarts (then the controller resends StopReplica).
+            return ErrorCode.KAFKA_STORAGE_ERROR if body["delete_partitions"] else ErrorCode.NONE
+        self.rm.fetchers.remove_partition(tp)
+        if body["delete_partitions"]:
+            partition = self.rm.partitions.pop(tp, None)
+            try:
+                log_dir = self.rm.log_manager.delete_log(*tp, checkpoint=False)
+            except KafkaStorageError as exc:
+                log.error("cannot delete %s-%s: %s", *tp, exc)
+                self.rm.wake(tp)
+                return exc.code
+            if log_dir is not None:
+                deleted_in.add(log_dir)
+        else:
+            partition = self.rm.partitions.get(tp)
+            if partition is not None and partition.is_leader:
+                partition.leader_id = NO_LEADER  # stopped: no longer serves as leader, keeps its epoch
+        self.rm.wake(tp)
+        self.rm.state_change_log(
+            {
+                "event": "StopReplica",
+                "topic": tp[0],
+                "partition": tp[1],
+                "delete": body["delete_partitions"],
+                "was_hosted": partition is not None,
+            }
+        )
+        return ErrorCode.NONE
+
+    def _forget_deleted_topics(self, topics: set[str]) -> None:
+        """The topic-level state of each topic this broker no longer hosts a partition of: one
+        pass over the partitions per request, not one per deleted partition."""
+        hosted = {t for t, _ in self.rm.partitions}
+        for topic in topics - hosted:
+            self.rm.topic_configs.pop(topic, None)
+            self.rm.topic_overrides.pop(topic, None)
+            self.rm.quotas.leader.remove_throttle(topic)
+            self.rm.quotas.follower.remove_throttle(topic)
 
 
 def inter_broker_endpoint(leader: dict, listener_name: str) -> dict:

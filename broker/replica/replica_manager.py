@@ -10,13 +10,16 @@ and wakes the purgatories when the high watermark or leadership moves.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig
+from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC
 from broker.log import Log, LogManager
+from broker.log.disk_space import DiskSpaceMonitor, Statvfs
 from broker.log.log_dir_failure import KafkaStorageError
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
@@ -58,10 +61,12 @@ class ReplicaManager:
         topic_config_source: TopicConfigSource,
         isr_store: IsrStore | None = None,
         fetcher_manager: Callable[[ReplicaManager], ReplicaFetchers] | None = None,
+        statvfs: Statvfs = os.statvfs,
     ) -> None:
         """``fetcher_manager`` makes the replica fetchers for this replica manager (the server
         passes :class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`); without it nothing is
-        fetched (:class:`~broker.replica.leader_and_isr.NoReplicaFetchers`, for unit tests)."""
+        fetched (:class:`~broker.replica.leader_and_isr.NoReplicaFetchers`, for unit tests).
+        ``statvfs`` measures the log dirs' free space (``log.dir.min.free.bytes``)."""
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -88,6 +93,11 @@ class ReplicaManager:
         #: KIP-380: the czxid of this broker's /brokers/ids/<id>, set by the server each time it
         #: registers; controller requests addressed to an older one are refused.
         self.broker_epoch = -1
+        #: issue 25: each log dir's free-space floor (broker/log/disk_space.py); the server's
+        #: periodic job refreshes it, the append path and the fetchers ask it
+        self.disk_space = DiskSpaceMonitor(
+            log_manager.log_dirs, config["log.dir.min.free.bytes"], time_ms, statvfs
+        )
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
         # Leader-side ISR shrink/expand (docs/design.md "ISR management"); without a store (some
@@ -246,6 +256,7 @@ class ReplicaManager:
     def _append_to_leader(self, tp: TopicPartition, records: bytes, acks: int) -> ProducePartitionStatus:
         try:
             partition, log_ = self.leader_log(tp)
+            self._check_free_space(tp, log_, len(records))
             if acks == -1 and len(partition.isr) < self.min_insync_replicas(tp[0]):
                 raise KafkaError(
                     ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -261,6 +272,20 @@ class ReplicaManager:
         return ProducePartitionStatus(
             ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset
         )
+
+    def _check_free_space(self, tp: TopicPartition, log_: Log, nbytes: int) -> None:
+        """Issue 25: a log dir below its free-space floor takes no client appends. The refusal is
+        NOT_ENOUGH_REPLICAS, raised before the append as Kafka raises it for a short ISR: every
+        client retries it, and floodmark's knows the batch was not written (docs/design.md "Disk
+        space as a budget (issue 25)"). The group coordinator's own appends (Kafka's
+        AppendOrigin.Coordinator: small, and what keeps consumer groups working) are only counted."""
+        if tp[0] == GROUP_METADATA_TOPIC:
+            self.disk_space.appended(log_.log_dir, nbytes)
+        elif not self.disk_space.admit(log_.log_dir, nbytes):
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{tp[0]}-{tp[1]}: broker {self.broker_id}'s {self.disk_space.describe(log_.log_dir)}",
+            )
 
     # -- Fetch (Kafka's ReplicaManager.fetchMessages and DelayedFetch) ------------------------------
 
@@ -409,6 +434,7 @@ class ReplicaManager:
         if partition is None or log_ is None or partition.is_leader:
             return None
         if records:
+            self.disk_space.appended(log_.log_dir, len(records))
             log_.append_as_follower(records)
         log_.update_high_watermark(min(log_.log_end_offset, leader_high_watermark))
         return log_

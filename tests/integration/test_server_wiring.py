@@ -98,12 +98,14 @@ async def test_producer_id_expiration_runs_at_its_configured_interval(zk_connect
         delete_doomed_logs=other("delete-logs"),  # every second, whatever the config
     )
     server.replica_manager = SimpleNamespace(
-        maybe_shrink_isr=other("shrink"), maybe_propagate_isr_changes=other("isr")
+        maybe_shrink_isr=other("shrink"),
+        maybe_propagate_isr_changes=other("isr"),
+        disk_space=SimpleNamespace(refresh=other("disk-space")),  # every second, as delete-logs
     )
     try:
         server._start_periodic_tasks()
         await asyncio.wait_for(third.wait(), WAIT_S)
-        assert set(runs) <= {"remove_expired_producers", "isr", "delete-logs"}, runs
+        assert set(runs) <= {"remove_expired_producers", "isr", "delete-logs", "disk-space"}, runs
         assert "producer-id-expiration" in {t.get_name() for t in server._tasks}
     finally:
         for task in server._tasks:

@@ -17,9 +17,11 @@ to land after a LeaderAndIsr, deterministically.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from broker.api_responses import fetch_response, per_partition
 from broker.config import BrokerConfig
@@ -340,3 +342,12 @@ def assert_identical_below_hw(leader: Broker, follower: Broker, partition: int) 
     assert ours == theirs, (
         f"replicas diverge below HW {hw}:\n  {leader.describe(partition)}\n  {follower.describe(partition)}"
     )
+
+
+@pytest.fixture(name="net")
+async def net_fixture() -> AsyncIterator[Net]:
+    """A fresh network of in-process brokers, shut down after the test."""
+    net = Net()
+    yield net
+    for broker in net.brokers.values():
+        await broker.shutdown()

@@ -18,10 +18,7 @@ replication proceeding.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from client.protocol.api import LATEST_TIMESTAMP, ApiKey
 from tests.scenarios.fetcher_net import (
@@ -34,18 +31,11 @@ from tests.scenarios.fetcher_net import (
     Sent,
     assert_identical_below_hw,
     eventually,
+    net_fixture,  # noqa: F401 - the net fixture
     settle,
 )
 
 EPOCH_REQUEST = ApiKey.OFFSET_FOR_LEADER_EPOCH
-
-
-@pytest.fixture
-async def net() -> AsyncIterator[Net]:
-    net = Net()
-    yield net
-    for broker in net.brokers.values():
-        await broker.shutdown()
 
 
 def caught_up(follower: Broker, partition: int, offset: int) -> bool:

@@ -133,3 +133,48 @@ async def test_a_leader_and_isr_of_many_partitions_gives_the_loop_back(tmp_path:
     finally:
         h.rm.shutdown()
         h.rm.log_manager.shutdown()
+
+
+async def test_a_batch_of_many_new_leaders_writes_their_epochs_on_threads_and_reports_each(
+    tmp_path: Path,
+) -> None:
+    """More than EPOCH_WRITE_WINDOW leaders: every epoch checkpoint is written (off the loop, on
+    the handler's writer threads) before the answer; a failed write fails its partition alone."""
+    from broker.log.log_dir_failure import KafkaStorageError
+    from broker.replica import leader_and_isr
+
+    h = Harness(tmp_path)
+    count = leader_and_isr.EPOCH_WRITE_WINDOW * 2 + 5
+    try:
+        threads: set[str] = set()
+        real_log_for = h.rm.state_changes._log_for
+
+        async def log_for(topic: str, partition: int, is_new: bool = True):  # noqa: ANN202
+            log_ = await real_log_for(topic, partition, is_new)
+            real_assign = log_.assign_leader_epoch
+
+            def assign(epoch: int, start_offset: int) -> None:
+                import threading
+
+                threads.add(threading.current_thread().name)
+                if partition == 7:
+                    raise KafkaStorageError("the epoch checkpoint of many-7 could not be written")
+                real_assign(epoch, start_offset)
+
+            log_.assign_leader_epoch = assign  # type: ignore[method-assign]
+            return log_
+
+        h.rm.state_changes._log_for = log_for  # type: ignore[method-assign]
+        entries = [partition_state_entry("many", 0, leader=1, partition=p, is_new=True) for p in range(count)]
+        answer = await h.rm.become_leader_or_follower(leader_and_isr_request(*entries))
+        codes = {p["partition"]: p["error_code"] for p in answer["partitions"]}
+        assert codes.pop(7) == ErrorCode.KAFKA_STORAGE_ERROR
+        assert set(codes.values()) == {ErrorCode.NONE} and len(codes) == count - 1
+        assert threads and all(name.startswith("leader-epoch") for name in threads), threads
+        for p in codes:
+            log_ = h.rm.log_manager.get_log("many", p)
+            assert log_.leader_epoch_cache.latest_epoch == 0, p
+            assert (log_.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n", p
+    finally:
+        h.rm.shutdown()
+        h.rm.log_manager.shutdown()
