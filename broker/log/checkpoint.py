@@ -17,11 +17,18 @@ entry lines.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 CHECKPOINT_VERSION = 0
 TMP_SUFFIX = ".tmp"
+_EXHAUSTION_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+#: Gives descriptors back when a write meets EMFILE or ENFILE (the segment file cache's
+#: ``close_idle``); returns how many it closed.
+Relieve = Callable[[], int]
 
 
 class CorruptCheckpoint(Exception):
@@ -50,8 +57,21 @@ def fsync_file(path: Path) -> bool:
     return True
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a crash leaves either the old or the new file, whole."""
+def atomic_write_text(path: Path, text: str, relieve: Relieve | None = None) -> None:
+    """Replace ``path`` with ``text`` so that a crash leaves either the old or the new file, whole.
+
+    A write that meets EMFILE or ENFILE calls ``relieve`` and, if it closed any descriptor, is
+    tried once more (docs/design.md "Open files at scale (issue 25)": the open-file limit lowered
+    at run time); otherwise the error is the caller's, a resource error."""
+    try:
+        _atomic_write_text(path, text)
+    except OSError as e:
+        if relieve is None or e.errno not in _EXHAUSTION_ERRNOS or relieve() == 0:
+            raise
+        _atomic_write_text(path, text)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -121,8 +141,9 @@ def parse_int(path: Path, line: int, token: str) -> int:
 class OffsetCheckpointFile:
     """One ``<topic> <partition> <offset>`` checkpoint file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, relieve: Relieve | None = None) -> None:
         self.path = Path(path)
+        self.relieve = relieve  # see atomic_write_text
 
     def write(self, offsets: dict[tuple[str, int], int]) -> None:
         entries = [(topic, partition, offset) for (topic, partition), offset in sorted(offsets.items())]
@@ -133,7 +154,7 @@ class OffsetCheckpointFile:
                 raise ValueError(f"negative partition {partition} for topic {topic!r}")
             if offset < 0:
                 raise ValueError(f"negative offset {offset} for {topic}-{partition}")
-        atomic_write_text(self.path, format_checkpoint(entries))
+        atomic_write_text(self.path, format_checkpoint(entries), self.relieve)
 
     def read(self) -> dict[tuple[str, int], int]:
         entries = read_checkpoint_entries(self.path, fields=3)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from broker.log.checkpoint import (
     CorruptCheckpoint,
+    Relieve,
     atomic_write_text,
     format_checkpoint,
     parse_int,
@@ -45,8 +46,9 @@ class LeaderEpochFileCache:
     """Kafka's LeaderEpochFileCache. Every change is persisted before it is applied in memory,
     so a failed write (an I/O error in the log dir) changes nothing."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, relieve: Relieve | None = None) -> None:
         self.path = Path(path)
+        self.relieve = relieve  # gives descriptors back when a write meets EMFILE (atomic_write_text)
         self._entries: list[EpochEntry] = self._load()
 
     def _load(self) -> list[EpochEntry]:
@@ -70,7 +72,9 @@ class LeaderEpochFileCache:
     def _replace(self, entries: list[EpochEntry]) -> None:
         """Persist ``entries`` (temp file, fsync, rename), then adopt them: a failed write
         raises and leaves both the file and the cache as they were."""
-        atomic_write_text(self.path, format_checkpoint([(e.epoch, e.start_offset) for e in entries]))
+        atomic_write_text(
+            self.path, format_checkpoint([(e.epoch, e.start_offset) for e in entries]), self.relieve
+        )
         self._entries = entries
 
     # ------------------------------------------------------------------ queries

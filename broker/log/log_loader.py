@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.checkpoint import CorruptCheckpoint, fsync_dir
+from broker.log.checkpoint import CorruptCheckpoint, Relieve, fsync_dir
 from broker.log.file_cache import SegmentFileCache
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from broker.log.log_config import LogConfig
@@ -159,16 +159,16 @@ def remove_stray_files(dir: Path) -> list[int]:
     return sorted(bases)
 
 
-def open_epoch_cache(dir: Path) -> tuple[LeaderEpochFileCache, bool]:
+def open_epoch_cache(dir: Path, relieve: Relieve | None = None) -> tuple[LeaderEpochFileCache, bool]:
     """Load the leader epoch cache; on a corrupt file start empty and return False with it (the
     caller then re-scans every segment, which rebuilds the cache from the batches' epochs)."""
     path = dir / LEADER_EPOCH_CHECKPOINT
     try:
-        return LeaderEpochFileCache(path), True
+        return LeaderEpochFileCache(path, relieve), True
     except CorruptCheckpoint as e:
         log.warning("%s; rebuilding the leader epoch cache from the segments", e)
         path.unlink()
-        return LeaderEpochFileCache(path), False
+        return LeaderEpochFileCache(path, relieve), False
 
 
 def assign_epoch_from_batch(cache: LeaderEpochFileCache, header: BatchHeader) -> None:
@@ -287,7 +287,7 @@ def load_log(
     segment_kwargs = config.segment_kwargs(time_ms, file_cache)
     complete_swaps(dir)
     bases = remove_stray_files(dir)
-    cache, cache_ok = open_epoch_cache(dir)
+    cache, cache_ok = open_epoch_cache(dir, file_cache.close_idle if file_cache is not None else None)
     if not cache_ok:
         recovery_point, clean_shutdown = 0, False
     first_unflushed = len(bases)

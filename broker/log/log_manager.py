@@ -394,7 +394,7 @@ class LogManager:
                 with self.failure_channel.io_errors(
                     log_dir, f"Error while writing {name} in dir {log_dir}", reraise=False
                 ):
-                    OffsetCheckpointFile(log_dir / name).write(offsets)
+                    OffsetCheckpointFile(log_dir / name, self.file_cache.close_idle).write(offsets)
 
     def _checkpoint_after_truncation(self, lg: Log) -> None:
         """Kafka's LogManager.truncateTo and truncateFullyAndStartAt: the truncated log's dir gets

@@ -293,3 +293,54 @@ def test_a_creation_past_max_broker_partitions_names_the_setting() -> None:
     older = {3: FileBudget(512, 128, 3, 0, 100)}  # files per replica and a smaller maximum: the maximum
     (problem,) = file_budget_violations(older, {}, {3: 101})
     assert problem.endswith("past its max.broker.partitions=100")
+
+
+RELIEF_SCRIPT = """
+import os, resource, sys
+from pathlib import Path
+from broker.log.log import LogConfig
+from broker.log.log_manager import LogManager
+from client.protocol.records import build_batch
+
+manager = LogManager([Path(sys.argv[1])], LogConfig(), lambda: 0, segment_files_max=100)
+logs = [manager.get_or_create_log("t", p) for p in range(20)]
+for lg in logs:
+    lg.append_as_leader(build_batch([(None, b"v", 0, [])]), 0)
+idle = manager.file_cache.stats.open
+free = os.open("/dev/null", os.O_RDONLY)
+os.close(free)  # the lowest free descriptor: every one below it is in use
+resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    os.open("/dev/null", os.O_RDONLY)
+    print("a descriptor was still free")
+    sys.exit(2)
+except OSError:
+    pass
+# A new leader epoch: its first append writes the epoch checkpoint (a temp file, a directory fsync).
+info = logs[0].append_as_leader(build_batch([(None, b"w", 0, [])]), 1)
+manager.checkpoint_high_watermarks()
+print(idle, info.first_offset, logs[0].leader_epoch_cache.latest_epoch, manager.file_cache.stats.open)
+"""
+
+
+def test_a_checkpoint_under_a_full_descriptor_table_gives_back_idle_segment_files(tmp_path: Path) -> None:
+    """The open-file limit lowered to what the process holds (the chaos fd-pressure fault): the
+    first append of a new leader epoch writes the epoch checkpoint, whose open meets EMFILE; the
+    idle segment descriptors are closed and the write tried again, so the append succeeds (it
+    failed retriably until the limit came back), and so do the log manager's checkpoints."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", RELIEF_SCRIPT, str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    idle, offset, epoch, open_after = map(int, done.stdout.split())
+    assert idle == 20 and offset == 1 and epoch == 1
+    assert open_after <= 2, "the idle segment files were given back"
+    assert (tmp_path / "logs" / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n1 1\n"
