@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 0
 TMP_SUFFIX = ".tmp"
@@ -66,8 +69,12 @@ def atomic_write_text(path: Path, text: str, relieve: Relieve | None = None) -> 
     try:
         _atomic_write_text(path, text)
     except OSError as e:
-        if relieve is None or e.errno not in _EXHAUSTION_ERRNOS or relieve() == 0:
+        if relieve is None or e.errno not in _EXHAUSTION_ERRNOS:
             raise
+        closed = relieve()
+        if closed == 0:
+            raise
+        log.warning("writing %s met %s; closed %d idle segment files and tried again", path, e, closed)
         _atomic_write_text(path, text)
 
 

@@ -8,9 +8,10 @@ throughout. Broker 1's soft RLIMIT_NOFILE is lowered to 3 for 9 s: the fault wit
 give back; this one never frees), its open descriptors above it still usable, and meanwhile: a new client connects to it (accept()
 meets EMFILE), broker 2 is SIGKILLed and restarted (broker 1's fetchers and, when it is the
 controller, its channel reconnect: EMFILE), and high-watermark checkpoints fall due every 500 ms
-(EMFILE opening the file). Then the limit is restored. The test asks that broker 1 is the same
+(EMFILE opening the file: the write closes the idle segment files and tries again,
+broker/log/checkpoint.py). Then the limit is restored. The test asks that broker 1 is the same
 process throughout, kept its ZooKeeper session (kazoo waits with poll(2), zk/poll_handler.py: it
-dropped the connection and lost the session before), met EMFILE on each path and reported each
+dropped the connection and lost the session before), met EMFILE on each path and handled each
 as a resource error, not a disk failure; that the waiting client is served once room returns;
 that every partition has a full ISR again; and that nothing the producer sent failed.
 """
@@ -125,7 +126,12 @@ async def test_a_broker_with_no_descriptor_free_degrades_keeps_its_session_and_r
         out = (tmp_path / "cluster" / "broker-1" / "broker.out").read_text()
         assert "accept() failed ([Errno 24] Too many open files)" in out
         assert "cannot connect to" in out and "Too many open files" in out  # a fetcher or the channel
-        assert "not a disk failure: the log dir stays online" in out  # a checkpoint
+        # a checkpoint met EMFILE: it gave back idle segment files and was written, or (none idle)
+        # failed as a resource error with its dir online
+        assert (
+            "idle segment files and tried again" in out
+            or "not a disk failure: the log dir stays online" in out
+        )
         for forbidden in ("Connection dropped", "ZooKeeper session lost", "Shutdown broker because"):
             assert forbidden not in out, forbidden
         starts = [line for line in out.splitlines() if line.startswith("--- ")]
