@@ -43,6 +43,10 @@ from devcluster.zookeeper import registered_ids, ruok, zk_session
 log = logging.getLogger(__name__)
 
 
+#: How long a restarted broker's ports may take to come free (devcluster/ports.py check_port_free).
+PORT_RELEASE_WAIT_S = 5.0
+
+
 class LocalCluster:
     """Start, inspect, fault and stop a local cluster whose state lives in ``data_dir``."""
 
@@ -390,7 +394,8 @@ class LocalCluster:
             raise ClusterError(
                 f"ZooKeeper on port {state.zookeeper.port} is not running: start the cluster with `floodmark cluster up`"
             )
-        self._launcher.check_ports(state, [broker], zookeeper=False)
+        # a restart: the listeners of the broker's previous process may outlive it for a moment
+        self._launcher.check_ports(state, [broker], zookeeper=False, wait_s=PORT_RELEASE_WAIT_S)
         self._launcher.spawn_broker(broker, state)
         self._save()
         self._launcher.wait_registered(state, [broker_id], timeout, need_controller=False)

@@ -48,20 +48,22 @@ class Launcher:
         alive = self.procs.alive(state.zookeeper.pid, zookeeper_marker(state.zookeeper))
         return alive and (not check_ruok or ruok(HOST, state.zookeeper.port))
 
-    def check_ports(self, state: ClusterState, brokers: Iterable[BrokerState], zookeeper: bool) -> None:
+    def check_ports(
+        self, state: ClusterState, brokers: Iterable[BrokerState], zookeeper: bool, wait_s: float = 0.0
+    ) -> None:
         """PortInUse unless ZooKeeper's port (``zookeeper``) and each broker's listeners' (PLAINTEXT
         and KAFKA) and /metrics ports are free on loopback; brokers in network namespaces have ports
-        of their own."""
+        of their own. Each may take ``wait_s`` to come free (a restart: its old process just died)."""
         if zookeeper:
-            check_port_free(state.zookeeper.port, "ZooKeeper")
+            check_port_free(state.zookeeper.port, "ZooKeeper", wait_s)
         if state.layout is not None:
             return
         for broker in brokers:
-            check_port_free(broker.port, f"broker {broker.id}")
+            check_port_free(broker.port, f"broker {broker.id}", wait_s)
             if broker.kafka_port:
-                check_port_free(broker.kafka_port, f"broker {broker.id}'s KAFKA listener")
+                check_port_free(broker.kafka_port, f"broker {broker.id}'s KAFKA listener", wait_s)
             if broker.metrics_port:
-                check_port_free(broker.metrics_port, f"broker {broker.id}'s /metrics")
+                check_port_free(broker.metrics_port, f"broker {broker.id}'s /metrics", wait_s)
 
     def start_zookeeper(self, state: ClusterState) -> None:
         zk = state.zookeeper

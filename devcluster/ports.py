@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -90,11 +91,19 @@ def free_port_block(count: int, attempts: int = 200) -> int:
     return free_block(count + 1, attempts=attempts) + 1
 
 
-def check_port_free(port: int, owner: str) -> None:
-    """Raise PortInUse when something listens on ``port`` (SO_REUSEADDR, as asyncio servers bind)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            raise PortInUse(port, owner) from None
+def check_port_free(port: int, owner: str, wait_s: float = 0.0) -> None:
+    """Raise PortInUse when something listens on ``port`` (SO_REUSEADDR, as asyncio servers bind)
+    and still does after ``wait_s``: the listener of a process SIGKILLed a moment ago can outlive
+    it briefly, ownerless, while the kernel tears down its connections (seen: a broker restarted
+    at once after its SIGKILL met its own old port)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((HOST, port))
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise PortInUse(port, owner) from None
+        time.sleep(0.05)

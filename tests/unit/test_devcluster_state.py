@@ -151,3 +151,27 @@ def test_the_port_check_covers_the_kafka_listener(tmp_path: Path) -> None:
         squatter.listen()
         with pytest.raises(PortInUse, match=rf"port {broker.kafka_port} .*broker 2's KAFKA listener"):
             launcher.check_ports(state, [broker], zookeeper=False)
+
+
+def test_a_port_still_held_for_a_moment_is_waited_for_and_one_held_longer_is_in_use() -> None:
+    """A restart waits (bounded) for its old process's listener to go; a fresh start does not."""
+    import threading
+
+    from devcluster.ports import check_port_free
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    with pytest.raises(PortInUse):
+        check_port_free(port, "broker 2")  # no wait: at once
+    threading.Timer(0.3, listener.close).start()
+    check_port_free(port, "broker 2", wait_s=5.0)  # freed after 0.3 s: no error
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        with pytest.raises(PortInUse, match="already in use"):
+            check_port_free(held.getsockname()[1], "broker 2", wait_s=0.2)
+    finally:
+        held.close()
