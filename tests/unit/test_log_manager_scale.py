@@ -13,14 +13,7 @@ from broker.log import LogConfig, LogManager
 from broker.log.checkpoint import OffsetCheckpointFile
 from broker.log.log_manager import RECOVERY_POINT_CHECKPOINT
 from client.protocol.records import build_batch
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000
-
-    def __call__(self) -> int:
-        return self.now
+from tests.unit.test_log_write_failures import Clock
 
 
 def test_placement_counts_follow_deletions_and_failed_dirs(tmp_path: Path):
