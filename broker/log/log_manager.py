@@ -35,25 +35,27 @@ import logging
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
-from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
+from broker.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from broker.log.cleaner import LogCleaner
 from broker.log.cleaner_config import CleanerConfig
+from broker.log.dir_loader import (
+    CLEAN_SHUTDOWN_FILE,
+    DELETE_SUFFIX,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    load_dir,
+)
 from broker.log.file_cache import DEFAULT_SEGMENT_FILES_MAX, SegmentFileCache, SegmentFileStats
-from broker.log.log import Log, LogConfig, ScheduleOnce, parse_topic_partition
+from broker.log.log import Log, LogConfig, ScheduleOnce
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-DELETE_SUFFIX = "-delete"
 
 
 class LogManager:
@@ -121,102 +123,33 @@ class LogManager:
 
     # ------------------------------------------------------------------ loading
 
-    def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
-        try:
-            return OffsetCheckpointFile(path).read()
-        except CorruptCheckpoint as e:
-            log.warning("%s; treating it as empty", e)
-            return {}
-
     def load_logs(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
-        """Open every partition directory in every log dir. ``topic_configs`` overrides the
-        default config per topic."""
+        """Open every partition directory in every log dir (:func:`broker.log.dir_loader.load_dir`,
+        ``recovery_threads`` at a time). ``topic_configs`` overrides the default config per topic."""
         topic_configs = topic_configs or {}
         with self._lock:
             for log_dir in self.online_log_dirs:
                 with self.failure_channel.io_errors(
                     log_dir, f"Error while loading log dir {log_dir}", reraise=False
                 ):
-                    self._load_dir(log_dir, topic_configs)
+                    loaded = load_dir(
+                        log_dir,
+                        self.default_config,
+                        topic_configs,
+                        self._time_ms,
+                        self.failure_channel,
+                        self.file_cache,
+                        self.recovery_threads,
+                        self._logs,
+                    )
+                    for tp, opened in loaded:
+                        self._adopt(opened)
+                        self._put(tp, opened)
                 if self.is_offline(log_dir):
                     for tp in list(self._logs_in(log_dir)):
                         self._pop(tp).close()
         if self._loop is not None:
             self.start_cleaner(self._loop)
-
-    def _load_dir(self, log_dir: Path, topic_configs: Mapping[str, LogConfig]) -> None:
-        """Open every log of ``log_dir``, ``recovery_threads`` at a time (Kafka's
-        num.recovery.threads.per.data.dir: the recovery's fsyncs overlap), then adopt them in
-        directory order, so what follows never depends on the threads' timing."""
-        marker = log_dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-        start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
-        log.info("loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
-        started = self._time_ms()
-        paths = self._log_paths(log_dir)
-
-        def open_log(tp: TopicPartition, path: Path) -> Log:
-            opened = Log.open(
-                path,
-                topic_configs.get(tp[0], self.default_config),
-                self._time_ms,
-                recovery_point=recovery_points.get(tp, 0),
-                log_start_offset=start_offsets.get(tp, 0),
-                clean_shutdown=clean,
-                failure_channel=self.failure_channel,
-                file_cache=self.file_cache,
-            )
-            opened.update_high_watermark(high_watermarks.get(tp, 0))
-            return opened
-
-        with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="log-recovery") as pool:
-            futures = [pool.submit(open_log, tp, path) for tp, path in paths]
-        for i, ((tp, _), future) in enumerate(zip(paths, futures, strict=True)):
-            try:
-                opened = future.result()
-            except BaseException:  # load_logs closes those put; close the others opened
-                for other in futures[i + 1 :]:
-                    if other.exception() is None:
-                        other.result().close()
-                raise
-            self._adopt(opened)
-            self._put(tp, opened)
-        took_s = (self._time_ms() - started) / 1000
-        log.info(
-            "loaded %d logs from %s in %.1f s (%d threads)",
-            len(paths),
-            log_dir,
-            took_s,
-            self.recovery_threads,
-        )
-        if clean:
-            marker.unlink()
-            fsync_dir(log_dir)
-
-    def _log_paths(self, log_dir: Path) -> list[tuple[TopicPartition, Path]]:
-        """The ``<topic>-<partition>`` dirs of ``log_dir``, in name order; a deleted log's
-        leftover ``-delete`` dir is removed."""
-        paths: list[tuple[TopicPartition, Path]] = []
-        for path in sorted(log_dir.iterdir()):
-            if not path.is_dir():
-                continue
-            if path.name.endswith(DELETE_SUFFIX):
-                log.info("removing %s, a log whose deletion did not finish", path)
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            try:
-                tp = parse_topic_partition(path.name)
-            except ValueError:
-                log.warning("ignoring %s: not a <topic>-<partition> directory", path)
-                continue
-            if tp in self._logs:
-                raise RuntimeError(
-                    f"duplicate log directories for {tp[0]}-{tp[1]}: {self._logs[tp].dir} and {path}"
-                )
-            paths.append((tp, path))
-        return paths
 
     def start_cleaner(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the log cleaner's task on ``loop`` (from any thread; nothing when disabled or
@@ -293,30 +226,16 @@ class LogManager:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 return existing
-            offline = self.failure_channel.offline_dirs
-            if not is_new and offline:
-                raise KafkaStorageError(
-                    f"cannot create a log for {topic}-{partition}: log dir(s) "
-                    f"{', '.join(sorted(str(d) for d in offline))} are offline and may hold it"
-                )
-            if not topic or partition < 0 or "/" in topic or topic in (".", ".."):
-                raise ValueError(f"invalid topic partition {topic!r}-{partition}")
-            online = self.online_log_dirs
-            if not online:
-                raise KafkaStorageError(
-                    f"cannot create a log for {topic}-{partition}: every log dir is offline"
-                )
-            log_dir = min(online, key=self._dir_counts.__getitem__)  # Kafka: the fewest partitions
+            refusal = self._creation_refusal((topic, partition), is_new)
+            if refusal is not None:
+                raise refusal
+            log_dir = min(
+                self.online_log_dirs, key=self._dir_counts.__getitem__
+            )  # Kafka: the fewest partitions
             with self.failure_channel.io_errors(
                 log_dir, f"Error while creating log for {topic}-{partition} in dir {log_dir}"
             ):
-                created = Log.open(
-                    log_dir / f"{topic}-{partition}",
-                    config or self.default_config,
-                    self._time_ms,
-                    failure_channel=self.failure_channel,
-                    file_cache=self.file_cache,
-                )
+                created = self._open_new_log((topic, partition), log_dir, config or self.default_config)
                 try:
                     fsync_dir(log_dir)
                 except OSError:
@@ -324,8 +243,80 @@ class LogManager:
                     raise
             self._adopt(created)
             self._put((topic, partition), created)
-            log.info("created log for %s-%d in %s", topic, partition, log_dir)
             return created
+
+    def _creation_refusal(self, tp: TopicPartition, is_new: bool) -> Exception | None:
+        """Why no log can be created for ``tp`` now (None: it can)."""
+        topic, partition = tp
+        offline = self.failure_channel.offline_dirs
+        if not is_new and offline:
+            return KafkaStorageError(
+                f"cannot create a log for {topic}-{partition}: log dir(s) "
+                f"{', '.join(sorted(str(d) for d in offline))} are offline and may hold it"
+            )
+        if not topic or partition < 0 or "/" in topic or topic in (".", ".."):
+            return ValueError(f"invalid topic partition {topic!r}-{partition}")
+        if not self.online_log_dirs:
+            return KafkaStorageError(f"cannot create a log for {topic}-{partition}: every log dir is offline")
+        return None
+
+    def _open_new_log(self, tp: TopicPartition, log_dir: Path, config: LogConfig) -> Log:
+        created = Log.open(
+            log_dir / f"{tp[0]}-{tp[1]}",
+            config,
+            self._time_ms,
+            failure_channel=self.failure_channel,
+            file_cache=self.file_cache,
+        )
+        log.info("created log for %s-%d in %s", tp[0], tp[1], log_dir)
+        return created
+
+    def create_logs(self, wanted: Sequence[tuple[TopicPartition, LogConfig, bool]], threads: int = 16) -> int:
+        """Create, ``threads`` at a time, the logs of ``wanted`` (partition, config, is_new) that
+        do not exist yet, with one fsync of each log dir for them all where
+        :meth:`get_or_create_log` does one per log (docs/design.md "The controller at scale
+        (issue 25)", "Thousands of new logs"): a LeaderAndIsr naming thousands of new replicas.
+        Placement and refusals are get_or_create_log's. A log that cannot be created here (an
+        I/O error, EMFILE) is left to get_or_create_log, which creates it or says why, partition
+        by partition. Blocking: run it off the event loop. Returns how many logs it created."""
+        with self._lock:
+            counts = dict(self._dir_counts)
+            plan: dict[TopicPartition, tuple[Path, LogConfig]] = {}
+            for tp, config, is_new in wanted:
+                if tp in self._logs or tp in plan or self._creation_refusal(tp, is_new) is not None:
+                    continue
+                log_dir = min(self.online_log_dirs, key=counts.__getitem__)
+                counts[log_dir] += 1
+                plan[tp] = (log_dir, config)
+
+        def open_new(tp: TopicPartition) -> Log | None:
+            log_dir, config = plan[tp]
+            what = f"Error while creating log for {tp[0]}-{tp[1]} in dir {log_dir}"
+            # a failure is left to get_or_create_log, which reports it
+            with contextlib.suppress(Exception), self.failure_channel.io_errors(log_dir, what):
+                return self._open_new_log(tp, log_dir, config)
+            return None
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="log-create") as pool:
+            opened = dict(zip(plan, pool.map(open_new, plan), strict=True))
+        synced = set()
+        for log_dir in sorted({plan[tp][0] for tp, lg in opened.items() if lg is not None}):
+            what = f"Error while creating logs in dir {log_dir}"
+            with contextlib.suppress(Exception), self.failure_channel.io_errors(log_dir, what):
+                fsync_dir(log_dir)
+                synced.add(log_dir)
+        created = 0
+        with self._lock:
+            for tp, lg in opened.items():
+                if lg is None:
+                    continue
+                if self._closing or tp in self._logs or plan[tp][0] not in synced or lg.is_offline:
+                    lg.close()  # shut down, or not durable yet: get_or_create_log opens it again
+                    continue
+                self._adopt(lg)
+                self._put(tp, lg)
+                created += 1
+        return created
 
     def delete_log(self, topic: str, partition: int, checkpoint: bool = True) -> Path | None:
         """Remove the partition's log (Kafka's LogManager.asyncDelete): rename its dir to

@@ -31,72 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
 
-from broker.config import BrokerConfig, validate_topic_configs
-from broker.log import Log, LogManager
+from broker.config import validate_topic_configs
+from broker.log import Log, LogConfig
 from broker.log.log_dir_failure import KafkaStorageError
 from broker.loop_stall import CooperativeYield
-from broker.metadata_cache import MetadataCache
 from broker.replica.partition import Partition, PartitionState
-from broker.replica.replication_quota import ReplicationQuotas
+from broker.replica.replica_state import ReplicaState
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-
-class ReplicaFetchers(Protocol):
-    """What the replica manager needs of its fetcher manager
-    (:class:`~broker.replica.fetcher_manager.ReplicaFetcherManager`, Kafka's ReplicaFetcherManager)."""
-
-    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None: ...
-
-    def remove_partition(self, tp: TopicPartition) -> None: ...
-
-    async def shutdown(self) -> None: ...
-
-
-class NoReplicaFetchers:
-    """The fetcher manager of a replica manager that never fetches (unit tests): it does nothing."""
-
-    def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
-        pass
-
-    def remove_partition(self, tp: TopicPartition) -> None:
-        pass
-
-    async def shutdown(self) -> None:
-        pass
-
-
-class ReplicaState(Protocol):
-    """What the handler reads and changes of the
-    :class:`~broker.replica.replica_manager.ReplicaManager` that owns the state."""
-
-    config: BrokerConfig
-    broker_id: int
-    broker_epoch: int
-    controller_epoch: int
-    log_manager: LogManager
-    metadata_cache: MetadataCache
-    fetchers: ReplicaFetchers
-    partitions: dict[TopicPartition, Partition]
-    offline_partitions: set[TopicPartition]
-    topic_overrides: dict[str, dict[str, str]]
-    topic_configs: dict[str, dict]
-    quotas: ReplicationQuotas
-    topic_config_source: Callable[[str], Awaitable[dict[str, str]]]
-    time_ms: Callable[[], int]
-    state_change_log: Callable[[dict], None]
-
-    def maybe_increment_high_watermark(self, partition: Partition, log_: Log) -> bool: ...
-
-    def wake(self, tp: TopicPartition) -> None: ...
 
 
 #: A LeaderAndIsr making more partitions leaders than this applies them this many at a time, each
@@ -218,6 +166,7 @@ class LeaderAndIsrHandler:
             )
             results.append({"topic": tp[0], "partition": tp[1], "error_code": error})
         codes = {(r["topic"], r["partition"]): r for r in results}
+        await self._create_logs(to_lead + to_follow, new_replicas)
         await self._make_leaders(to_lead, new_replicas, codes, pause)
         for partition, state in to_follow:
             await pause()
@@ -314,7 +263,9 @@ class LeaderAndIsrHandler:
         for tp in partitions:
             self.rm.wake(tp)
 
-    async def _log_for(self, topic: str, partition: int, is_new: bool = True) -> Log:
+    async def _log_config(self, topic: str) -> LogConfig:
+        """The topic's log config: the broker's defaults under its ZooKeeper overrides, read
+        from /config/topics at its first LeaderAndIsr here."""
         if topic not in self.rm.topic_overrides:
             overrides = await self.rm.topic_config_source(topic)
             # a config change applied meanwhile (broker/dynamic_config.py) read a newer state: keep it
@@ -322,7 +273,30 @@ class LeaderAndIsrHandler:
                 self.rm.topic_configs[topic] = validate_topic_configs(overrides)
                 self.rm.topic_overrides[topic] = overrides
                 self.rm.quotas.apply_topic_config(topic, overrides, self.rm.broker_id)
-        config = self.rm.config.log_config(self.rm.topic_overrides[topic])
+        return self.rm.config.log_config(self.rm.topic_overrides[topic])
+
+    async def _create_logs(self, changing: list[tuple[Partition, PartitionState]], new_replicas: set) -> None:
+        """More than EPOCH_WRITE_WINDOW partitions of one request without a log (a topic created,
+        a broker's first replicas): create them together, off the loop, with one directory fsync
+        for them all (LogManager.create_logs; docs/design.md "Thousands of new logs"). Each
+        topic's config is read once. What is not created here (a config that cannot be read, a
+        log that cannot be opened) is left to the partition's own step, which reports it."""
+        lm = self.rm.log_manager
+        missing = [p.key for p, _ in changing if lm.get_log(*p.key) is None]
+        if len(missing) <= EPOCH_WRITE_WINDOW:
+            return
+        configs: dict[str, LogConfig] = {}
+        for topic in sorted({topic for topic, _ in missing}):
+            try:
+                configs[topic] = await self._log_config(topic)
+            except Exception:  # noqa: BLE001 - the partitions' own steps read it again and report
+                log.debug("reading the config of %s failed; its logs are created one by one", topic)
+        wanted = [(tp, configs[tp[0]], tp in new_replicas) for tp in missing if tp[0] in configs]
+        created = await asyncio.get_running_loop().run_in_executor(None, lm.create_logs, wanted)
+        log.info("created %d of %d new logs together", created, len(missing))
+
+    async def _log_for(self, topic: str, partition: int, is_new: bool = True) -> Log:
+        config = await self._log_config(topic)
         log_ = self.rm.log_manager.get_or_create_log(topic, partition, config, is_new=is_new)
         if log_.config != config:  # loaded from disk with the broker's defaults
             log_.update_config(config)

@@ -25,8 +25,9 @@ from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
 from broker.replica.isr_manager import IsrManager, IsrStore
-from broker.replica.leader_and_isr import LeaderAndIsrHandler, NoReplicaFetchers, ReplicaFetchers
+from broker.replica.leader_and_isr import LeaderAndIsrHandler
 from broker.replica.partition import Partition
+from broker.replica.replica_state import NoReplicaFetchers, ReplicaFetchers
 from broker.replica.replication_quota import ReplicationQuotas
 from client.protocol.api import (
     CONSUMER_REPLICA_ID,
