@@ -11,8 +11,11 @@ from broker.replica.replica_manager import ReadResult
 from client.protocol.errors import ErrorCode
 
 
-def fetch_response(results: dict[tuple[str, int], ReadResult]) -> dict:
-    """The Fetch response body for the replica manager's read results."""
+def fetch_response(
+    results: dict[tuple[str, int], ReadResult], session_id: int = 0, error_code: int = ErrorCode.NONE
+) -> dict:
+    """The Fetch response body for the replica manager's read results (KIP-227: of a fetch
+    session, only its partitions with something to say)."""
     topics: dict[str, list[dict]] = {}
     for (topic, partition), r in results.items():
         topics.setdefault(topic, []).append(
@@ -26,8 +29,9 @@ def fetch_response(results: dict[tuple[str, int], ReadResult]) -> dict:
             }
         )
     return {
-        "error_code": ErrorCode.NONE,
+        "error_code": error_code,
         "throttle_time_ms": 0,
+        "session_id": session_id,
         "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
     }
 

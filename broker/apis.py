@@ -236,7 +236,10 @@ class KafkaApis:
         self.rm.append_records(acks, body["timeout_ms"], entries, respond)
 
     async def handle_fetch(self, request: Request) -> None:
-        self.rm.fetch_messages(request.body, lambda results: request.respond(fetch_response(results)))
+        self.rm.fetch_messages(
+            request.body,
+            lambda results, session_id, error: request.respond(fetch_response(results, session_id, error)),
+        )
 
     async def handle_list_offsets(self, request: Request) -> None:
         body = request.body

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from broker.log import Log
 from broker.purgatory import DelayedOperation
+from broker.replica.fetch_session import FetchContext
 from broker.replica.partition import Partition
 from client.protocol.api import DEBUGGING_REPLICA_ID
 from client.protocol.errors import ErrorCode, KafkaError
@@ -119,16 +120,22 @@ class DelayedFetch(DelayedOperation):
         statuses: dict[TopicPartition, FetchPartitionStatus],
         replica_manager: LeaderReplicas,
         respond: Callable[[dict], None],
+        context: FetchContext | None = None,
     ) -> None:
+        """``context``: the fetch's session (KIP-227); an incremental fetch also completes when a
+        partition of its session is touched after it parked, and reads the session's dirty ones."""
         super().__init__(delay_ms)
         self.body = body
         self.statuses = statuses
         self.replica_manager = replica_manager
         self.respond = respond
+        self.session = context.session if context is not None and context.incremental else None
 
     def try_complete(self) -> bool:
         """Seed 000: complete when a partition errs (leadership moved, epoch fenced), or enough
         bytes are past the fetch offsets (below the HW for consumers, the LEO for followers)."""
+        if self.session is not None and not self.session.dirty <= self.statuses.keys():
+            return self.force_complete()  # a partition of the session was touched: news
         is_follower = self.body["replica_id"] >= 0
         # Kafka's fetchOnlyFromLeader: only a debugging consumer (-2) may wait on a follower
         only_leader = self.body["replica_id"] != DEBUGGING_REPLICA_ID
@@ -161,7 +168,10 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        requested = {tp: status.fetch for tp, status in self.statuses.items()}
+        if self.session is not None:
+            requested = self.session.to_read()
+        else:
+            requested = {tp: status.fetch for tp, status in self.statuses.items()}
         self.respond(
             self.replica_manager.read_from_local_log(
                 self.body["replica_id"], requested, self.body["max_bytes"]

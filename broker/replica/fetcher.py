@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC
+from broker.replica.fetch_session import FetchSessionHandler, by_topic
 from broker.replica.truncation import (
     TruncationPolicy,
     truncation_by_high_watermark,
@@ -107,6 +108,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._connection: LeaderConnection | None = None
+        self.session = FetchSessionHandler()  # KIP-227: what the leader's fetch session holds
         self.name = f"ReplicaFetcher-{self.rm.broker_id}-from-{self.leader_id}"
 
     # -- membership ------------------------------------------------------------------------------
@@ -212,6 +214,7 @@ class ReplicaFetcher:
 
     async def _connect(self) -> LeaderConnection:
         if self._connection is None or not self._connection.is_open:
+            self.session.reset()  # a new connection starts with a full fetch
             self._connection = await self._open(
                 self.leader_host, self.leader_port, f"broker-{self.rm.broker_id}-fetcher"
             )
@@ -334,11 +337,50 @@ class ReplicaFetcher:
 
     # -- fetch --------------------------------------------------------------------------------------------
     async def _fetch(self, connection: LeaderConnection) -> bool:
+        wanted = self._wanted()
+        if not wanted:
+            return False
+        entries, forgotten = self.session.build({tp: entry for tp, (_, entry) in wanted.items()})
+        body = {
+            "replica_id": self.rm.broker_id,
+            # No long poll while other partitions have truncation rounds to go (KIP-279).
+            "max_wait_ms": 0 if self._truncation_pending() else self.config["replica.fetch.wait.max.ms"],
+            "min_bytes": self.config["replica.fetch.min.bytes"],
+            "max_bytes": max(self.config["replica.fetch.max.bytes"], 10 * 1024 * 1024),
+            "session_id": self.session.id,
+            "session_epoch": self.session.epoch,
+            "topics": by_topic((tp[0], dict(entry, partition=tp[1])) for tp, entry in entries.items()),
+            "forgotten_topics": by_topic(forgotten),
+        }
+        try:
+            response = await connection.request(ApiKey.FETCH, body, timeout=self._timeout())
+        except BaseException:
+            self.session.reset()  # the leader's session may or may not have taken the request
+            raise
+        if not self.session.handle_response(
+            response["session_id"], response["error_code"], entries, forgotten
+        ):
+            log.info("%s: fetch session refused (%s); a full fetch next", self.name, response["error_code"])
+            return True
+        if response["error_code"] != ErrorCode.NONE:
+            raise KafkaError(response["error_code"], f"{self.name}: FETCH failed")
+        for topic in response["topics"]:
+            for data in topic["partitions"]:
+                tp = (topic["topic"], data["partition"])
+                state = wanted.get(tp, (None, None))[0]
+                if state is None or self.partitions.get(tp) is not state or state.truncating:
+                    continue  # removed or re-added while the fetch (or an earlier partition's handling) ran
+                await self._process_partition(connection, tp, state, data)
+        return True
+
+    def _wanted(self) -> dict[TopicPartition, tuple[FetchState, dict]]:
+        """The partitions to fetch now and their entries (each fetch offset is our LEO); a fetch
+        session (KIP-227) sends the leader only the entries that changed."""
         now = asyncio.get_running_loop().time()
         quota = self.rm.quotas.follower
         over_quota = bool(quota.throttled) and quota.is_quota_exceeded(self.rm.time_ms())
-        topics: dict[str, list[dict]] = {}
-        sent: dict[TopicPartition, FetchState] = {}
+        max_bytes = self.config["replica.fetch.max.bytes"]
+        wanted = {}
         for tp, state in self.partitions.items():
             log_ = self.rm.get_log(tp)
             if state.truncating or log_ is None or not state.ready(now):
@@ -347,35 +389,16 @@ class ReplicaFetcher:
                 continue  # KIP-73: held back until the follower's replication rate is under its bound
             if tp[0] != GROUP_METADATA_TOPIC and self.rm.disk_space.below_floor(log_.log_dir):
                 continue  # issue 25: paused until its log dir is above its free-space floor again
-            sent[tp] = state
-            topics.setdefault(tp[0], []).append(
+            wanted[tp] = (
+                state,
                 {
-                    "partition": tp[1],
                     "fetch_offset": log_.log_end_offset,
                     "current_leader_epoch": state.leader_epoch,
                     "log_start_offset": log_.log_start_offset,
-                    "partition_max_bytes": self.config["replica.fetch.max.bytes"],
-                }
+                    "partition_max_bytes": max_bytes,
+                },
             )
-        if not topics:
-            return False
-        body = {
-            "replica_id": self.rm.broker_id,
-            # No long poll while other partitions have truncation rounds to go (KIP-279).
-            "max_wait_ms": 0 if self._truncation_pending() else self.config["replica.fetch.wait.max.ms"],
-            "min_bytes": self.config["replica.fetch.min.bytes"],
-            "max_bytes": max(self.config["replica.fetch.max.bytes"], 10 * 1024 * 1024),
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-        }
-        response = await connection.request(ApiKey.FETCH, body, timeout=self._timeout())
-        for topic in response["topics"]:
-            for data in topic["partitions"]:
-                tp = (topic["topic"], data["partition"])
-                state = sent.get(tp)
-                if state is None or self.partitions.get(tp) is not state or state.truncating:
-                    continue  # removed or re-added while the fetch (or an earlier partition's handling) ran
-                await self._process_partition(connection, tp, state, data)
-        return True
+        return wanted
 
     async def _process_partition(
         self, connection: LeaderConnection, tp: TopicPartition, state: FetchState, data: dict

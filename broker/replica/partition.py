@@ -31,10 +31,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from client.protocol.api import NO_LEADER
 
 UNKNOWN_OFFSET = -1
+
+
+class SessionClock(Protocol):
+    """What a follower's partition knows of its fetch session (:class:`~broker.replica.fetch_session.FetchSession`)."""
+
+    last_fetch_ms: int
 
 
 @dataclass
@@ -47,9 +54,26 @@ class RemoteReplica:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
 
+    #: KIP-227 (broker/replica/fetch_session.py): the follower's fetch session while this
+    #: partition is clean in it, i.e. the follower was caught up when the session last read it and
+    #: nothing changed here since: each fetch of the session finds it caught up without reading
+    #: it. Whatever changes the leader's LEO touches the partition first, which settles it, so
+    #: the lag rules see the follower as caught up at the session's last fetch.
+    clean_in: SessionClock | None = field(default=None, repr=False, compare=False)
+
+    def settle_session(self) -> None:
+        """The partition is no longer clean in its session (a change here, or a read): the session's
+        last fetch found the follower caught up, at the offsets last read; record it as read."""
+        if self.clean_in is not None:
+            at = self.clean_in.last_fetch_ms
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, at)
+            self.last_fetch_time_ms = max(self.last_fetch_time_ms, at)
+            self.clean_in = None
+
     def update_fetch_state(self, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> None:
         """Kafka's Replica.updateFetchState: a fetch at the leader's LEO is caught up now; a fetch
         that reached what the leader's LEO was at the previous fetch was caught up back then."""
+        self.settle_session()
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_log_end_offset:
@@ -64,6 +88,7 @@ class RemoteReplica:
         self.last_fetch_leader_log_end_offset = UNKNOWN_OFFSET
         self.last_fetch_time_ms = 0
         self.last_caught_up_time_ms = now_ms if in_sync else 0
+        self.clean_in = None
 
 
 @dataclass(frozen=True)

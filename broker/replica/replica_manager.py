@@ -24,6 +24,13 @@ from broker.log.log_dir_failure import KafkaStorageError
 from broker.metadata_cache import MetadataCache
 from broker.purgatory import Purgatory
 from broker.replica.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus, ProducePartitionStatus
+from broker.replica.fetch_session import (
+    INVALID_SESSION_ID,
+    FetchSessionCache,
+    fetch_context,
+    mark_clean,
+    touch,
+)
 from broker.replica.isr_manager import IsrManager, IsrStore
 from broker.replica.leader_and_isr import LeaderAndIsrHandler
 from broker.replica.partition import Partition
@@ -49,6 +56,11 @@ class ReadResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    log_end_offset: int = -1  # the leader's LEO when a follower's read was made (not sent)
+
+
+#: answers a FETCH: the results to send, the fetch session's id (0: none) and the error code
+FetchRespond = Callable[[dict[TopicPartition, ReadResult], int, int], None]
 
 
 class ReplicaManager:
@@ -101,6 +113,8 @@ class ReplicaManager:
         )
         self.produce_purgatory = Purgatory("Produce")
         self.fetch_purgatory = Purgatory("Fetch")
+        #: KIP-227: the followers' fetch sessions (broker/replica/fetch_session.py)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         # Leader-side ISR shrink/expand (docs/design.md "ISR management"); without a store (some
         # unit tests) the ISR only changes through LeaderAndIsr.
         self.isr_manager: IsrManager | None = None
@@ -216,6 +230,7 @@ class ReplicaManager:
         """After the ISR or the maximal ISR changed (an expand settled either way): the HW may move
         (it is the minimum LEO over the leader and the ISR, so a shrink can raise it), and parked
         acks=all requests may complete or fail below min.insync.replicas."""
+        touch(self.fetch_sessions, partition.key, partition)  # read at the sessions' next fetches
         log_ = self.get_log(partition.key)
         leads = log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader
         if leads and self.maybe_increment_high_watermark(partition, log_):
@@ -226,12 +241,20 @@ class ReplicaManager:
         # Checking it anyway scanned a follower's whole fetch for every partition whose ISR it
         # joined: 5,000 ISR expansions after a restart held the loop for seconds (issue 25).
         if self.quotas.leader.throttled:
-            self.fetch_purgatory.check_and_complete(partition.key)
+            self.fetch_ready(partition.key)
 
     def wake(self, tp: TopicPartition) -> None:
         """Let parked produce and fetch requests on ``tp`` check whether they can complete."""
         self.produce_purgatory.check_and_complete(tp)
+        self.fetch_ready(tp)
+
+    def fetch_ready(self, tp: TopicPartition) -> None:
+        """Something a fetch of ``tp`` answers changed (an append, the HW, leadership): parked
+        fetches on it check whether they can complete, and each fetch session holding it reads it
+        again at its next fetch (KIP-227; broker/replica/fetch_session.py)."""
         self.fetch_purgatory.check_and_complete(tp)
+        for key in touch(self.fetch_sessions, tp, self.partitions.get(tp)):
+            self.fetch_purgatory.check_and_complete(key)
 
     # -- Produce ------------------------------------------------------------------------------------
 
@@ -269,7 +292,7 @@ class ReplicaManager:
             return ProducePartitionStatus(exc.code, -1, -1, exc.message)
         if not info.duplicate:  # a retried duplicate (KIP-98) wrote nothing; its offsets are the original's
             self.maybe_increment_high_watermark(partition, log_)
-            self.fetch_purgatory.check_and_complete(tp)  # followers long-polling for new data
+            self.fetch_ready(tp)  # followers long-polling for new data
         return ProducePartitionStatus(
             ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset
         )
@@ -324,7 +347,9 @@ class ReplicaManager:
                 self.maybe_increment_high_watermark(partition, log_)
                 if self.isr_manager is not None:
                     self.isr_manager.maybe_expand_isr(partition, replica_id, log_)
-            return ReadResult(ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records)
+            return ReadResult(
+                ErrorCode.NONE, log_.high_watermark, log_.log_start_offset, data.records, log_.log_end_offset
+            )
         except KafkaError as exc:
             return ReadResult(exc.code)
 
@@ -352,19 +377,39 @@ class ReplicaManager:
             and quota.is_quota_exceeded(self.time_ms())
         )
 
-    def fetch_messages(self, body: dict, respond: Callable[[dict[TopicPartition, ReadResult]], None]) -> None:
+    def fetch_messages(self, body: dict, respond: FetchRespond) -> None:
+        """Kafka's fetchMessages: read now, answer now or park in the fetch purgatory. A follower's
+        fetch session (KIP-227) reads only its dirty partitions and answers only what changed."""
         replica_id = body["replica_id"]
-        requested = {(t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]}
+        context = fetch_context(self.fetch_sessions, body, self.time_ms(), self.partitions)
+        if context.error_code != ErrorCode.NONE:
+            respond({}, INVALID_SESSION_ID, context.error_code)
+            return
+
+        def finish(results: dict[TopicPartition, ReadResult]) -> None:
+            mark_clean(context, results, self.partitions)
+            respond(context.answer(results), context.session_id, ErrorCode.NONE)
+
+        requested = context.to_read()
         results = self.read_from_local_log(replica_id, requested, body["max_bytes"])
         ready_bytes = sum(len(r.records) for r in results.values())
         has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
-        # Seed 000: answer at once when max wait <= 0, nothing was asked, min bytes are ready, or on error.
-        if body["max_wait_ms"] <= 0 or not requested or ready_bytes >= body["min_bytes"] or has_error:
-            respond(results)
+        # Seed 000: answer at once when max wait <= 0, nothing was asked, min bytes are ready, or on
+        # error; an incremental fetch also when it has anything new to say (a moved HW)
+        if (
+            body["max_wait_ms"] <= 0
+            or not (requested or context.incremental)
+            or ready_bytes >= body["min_bytes"]
+            or has_error
+            or (context.incremental and context.session.answer_due(results))
+        ):
+            finish(results)
             return
+        mark_clean(context, results, self.partitions)
         statuses = {tp: FetchPartitionStatus(p, results[tp].high_watermark) for tp, p in requested.items()}
-        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, respond)
-        self.fetch_purgatory.try_complete_else_watch(operation, list(requested))
+        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, finish, context)
+        keys = [context.session.key] if context.incremental else list(requested)
+        self.fetch_purgatory.try_complete_else_watch(operation, keys)
 
     def read_from_local_log(
         self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int

@@ -156,6 +156,9 @@ REQUESTS: dict[ApiKey, Any] = {
         "min_bytes": "int",
         "max_bytes": Opt("int", 52428800),
         "isolation_level": Opt("int", 0),
+        # KIP-227 (broker/replica/fetch_session.py): epoch -1 is sessionless, 0 opens a session
+        "session_id": Opt("int", 0),
+        "session_epoch": Opt("int", -1),
         "topics": _topics(
             {
                 "fetch_offset": "int",
@@ -164,6 +167,7 @@ REQUESTS: dict[ApiKey, Any] = {
                 "partition_max_bytes": Opt("int", 1048576),
             }
         ),
+        "forgotten_topics": Opt(Array({"topic": "str", "partitions": Array("int")}), []),
     },
     ApiKey.LIST_OFFSETS: {
         "replica_id": Opt("int", CONSUMER_REPLICA_ID),
@@ -254,6 +258,7 @@ RESPONSES: dict[ApiKey, Any] = {
     ApiKey.FETCH: {
         "error_code": Opt("int", 0),
         "throttle_time_ms": Opt("int", 0),
+        "session_id": Opt("int", 0),
         "topics": _topics(
             {
                 "error_code": "int",

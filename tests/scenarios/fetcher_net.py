@@ -174,9 +174,9 @@ class Net:
         if sent.api_key == ApiKey.FETCH:
             answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
 
-            def respond(results: dict) -> None:
+            def respond(results: dict, session_id: int = 0, error_code: int = 0) -> None:
                 if not answer.done():  # the requester may have been cancelled (a fetcher stopped)
-                    answer.set_result(fetch_response(results))
+                    answer.set_result(fetch_response(results, session_id, error_code))
 
             rm.fetch_messages(body, respond)
             response = await answer

@@ -225,7 +225,7 @@ async def test_a_parked_follower_fetch_completes_when_the_high_watermark_moves(t
                  "partition_max_bytes": 1 << 20},
             ]}],
         }  # fmt: skip
-        h.rm.fetch_messages(body, answered.set_result)
+        h.rm.fetch_messages(body, lambda results, *_: answered.set_result(results))
         assert not answered.done(), "nothing new for follower 2: its fetch is parked"
         assert h.follower_fetch(3, 5) == ErrorCode.NONE  # follower 3 catches up: HW 3 -> 5
         assert h.log.high_watermark == 5

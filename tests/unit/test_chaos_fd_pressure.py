@@ -71,11 +71,13 @@ def test_fd_pressure_draws_like_a_kill_so_a_schedule_with_it_draws_nothing_more(
     )
 
 
-def test_the_fd_pressure_tests_seed_fires_it_twice_around_a_kill():
-    from tests.chaos.test_chaos_fd_pressure import DURATION_S, KINDS, SEED
+def test_the_chaos_tests_seed_fires_fd_pressure_between_kills():
+    from tests.chaos.test_chaos_run import CONSUMER_KINDS, ZK_PAUSE_SEED
 
-    kinds = [f.kind for f in make_schedule(SEED, DURATION_S, KINDS, 6, pause_s=9.0)]
-    assert kinds.count("fd-pressure") >= 2 and "kill" in kinds, kinds
+    kinds = [f.kind for f in make_schedule(ZK_PAUSE_SEED, 60, CONSUMER_KINDS, 6, pause_s=9.0)]
+    assert "fd-pressure" in kinds and kinds.index("controller") < kinds.index("fd-pressure") < kinds.index(
+        "kill"
+    )
 
 
 # -- the limit, on a fake /proc ---------------------------------------------------------------------

@@ -126,7 +126,7 @@ async def test_a_parked_debugging_fetch_waits_at_a_follower_until_max_wait(h):
     answered: asyncio.Future = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
     started = loop.time()
-    h.rm.fetch_messages(fetch_body(1, 300), answered.set_result)
+    h.rm.fetch_messages(fetch_body(1, 300), lambda results, *_: answered.set_result(results))
     await asyncio.sleep(0.05)
     assert not answered.done()  # parked, not answered NOT_LEADER_OR_FOLLOWER at once
     results = await asyncio.wait_for(answered, 5)
@@ -137,6 +137,6 @@ async def test_a_parked_debugging_fetch_waits_at_a_follower_until_max_wait(h):
 async def test_a_debugging_fetch_with_data_below_the_hw_is_answered_at_once(h):
     await leader_with_hw_1_leo_2(h)
     answered: asyncio.Future = asyncio.get_running_loop().create_future()
-    h.rm.fetch_messages(fetch_body(0, 10_000), answered.set_result)
+    h.rm.fetch_messages(fetch_body(0, 10_000), lambda results, *_: answered.set_result(results))
     results = await asyncio.wait_for(answered, 1)
     assert offsets(results[TP].records) == [(0, 0)]
