@@ -28,7 +28,7 @@ from devcluster.netns import NetnsLayout, layout_for
 from devcluster.ports import HOST, choose_block
 
 STATE_FILE = "cluster.json"
-DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeperServerMain's tickTime is 3000 ms: 6000 is the minimum
+DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeper's tick is 1 s here (devcluster/zookeeper.py)
 #: Keys the runner owns: they differ per broker and are derived from the layout above.
 RUNNER_KEYS = ("broker.id", "listeners", "log.dirs", "zookeeper.connect")
 #: The broker's /metrics port: the runner sets one per broker unless the user's --config sets it.

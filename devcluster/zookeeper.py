@@ -54,6 +54,13 @@ def classpath() -> str:
     return ":".join(str(JAR_DIR / jar) for jar in JARS)
 
 
+#: ZooKeeper's tick (its command line's third argument; 3,000 ms when not given). A session
+#: expires at the first tick after its timeout, so a dead broker's session ended 6 to 9 s after
+#: its death with a 6 s timeout and the default tick, and 6 to 7 s with this one. Sessions may
+#: last 2 to 20 ticks: 2 s to 20 s, which holds Kafka's default zookeeper.session.timeout.ms (18 s).
+TICK_TIME_MS = 1000
+
+
 def command(port: int, data_dir: Path) -> list[str]:
     return [
         "java",
@@ -67,6 +74,7 @@ def command(port: int, data_dir: Path) -> list[str]:
         "org.apache.zookeeper.server.ZooKeeperServerMain",
         str(port),
         str(data_dir),
+        str(TICK_TIME_MS),
     ]
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from broker.config import validate_topic_configs
@@ -47,9 +47,10 @@ from client.types import TopicPartition
 log = logging.getLogger(__name__)
 
 
-#: A LeaderAndIsr making more partitions leaders than this applies them this many at a time, each
-#: new leader epoch's checkpoint written on :data:`EPOCH_WRITE_THREADS` threads (docs/design.md
-#: "The controller at scale (issue 25)", "Leader epochs in parallel").
+#: A LeaderAndIsr making more partitions leaders than this makes them all leaders first, then
+#: writes each new leader epoch's checkpoint on :data:`EPOCH_WRITE_THREADS` threads; one naming
+#: more partitions without a log creates those logs together (docs/design.md "The controller at
+#: scale (issue 25)", "Leader epochs in parallel", "Thousands of new logs").
 EPOCH_WRITE_WINDOW = 64
 EPOCH_WRITE_THREADS = 16
 
@@ -187,24 +188,51 @@ class LeaderAndIsrHandler:
     ) -> None:
         """Make each partition of ``to_lead`` a leader, its failure reported in ``codes``. A new
         leader's first step writes its epoch checkpoint, two fsyncs (LeaderEpochFileCache.assign,
-        as Kafka's). A batch of more than EPOCH_WRITE_WINDOW leaders (a failover, a topic created)
-        goes that many at a time with the writes on threads, where concurrent fsyncs share the
-        file system's journal commits; a few leaders (an election, the simulator's batches) go one
-        after another on the loop, as before."""
-        window = EPOCH_WRITE_WINDOW if len(to_lead) > EPOCH_WRITE_WINDOW else 1
-        if window > 1 and self._epoch_writers is None:
+        as Kafka's). A few leaders (an election, the simulator's batches) go one after another on
+        the loop. More than EPOCH_WRITE_WINDOW (a failover, a topic created) first all become
+        leaders, then their checkpoints are written on threads, where concurrent fsyncs share the
+        file system's journal commits, all before the answer (docs/design.md "Leader epochs in
+        parallel")."""
+        if len(to_lead) <= EPOCH_WRITE_WINDOW:
+            for partition, state in to_lead:
+                await pause()
+                try:
+                    await self._make_leader(partition, state, partition.key in new_replicas)
+                except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
+                    codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+            return
+        if self._epoch_writers is None:
             self._epoch_writers = ThreadPoolExecutor(EPOCH_WRITE_THREADS, thread_name_prefix="leader-epoch")
-        writers = self._epoch_writers if window > 1 else None
-
-        async def make_leader(partition: Partition, state: PartitionState) -> None:
-            try:
-                await self._make_leader(partition, state, partition.key in new_replicas, writers)
-            except Exception as exc:  # noqa: BLE001 - reported per partition, never half a request
-                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
-
-        for start in range(0, len(to_lead), window):
+        became: list[tuple[Partition, PartitionState, Log, int]] = []
+        for partition, state in to_lead:
             await pause()
-            await asyncio.gather(*(make_leader(p, s) for p, s in to_lead[start : start + window]))
+            try:
+                log_ = await self._log_for(
+                    partition.topic, partition.partition, partition.key in new_replicas
+                )
+                self.rm.fetchers.remove_partition(partition.key)
+                partition.make_leader(state, log_.log_end_offset, self.rm.time_ms())
+            except Exception as exc:  # noqa: BLE001
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
+                continue
+            # leading from now: an append meanwhile records this epoch from its batch, at this same
+            # start offset (the LEO now), and the write below then adds nothing
+            became.append((partition, state, log_, log_.log_end_offset))
+            self.rm.maybe_increment_high_watermark(partition, log_)
+            self.rm.wake(partition.key)
+        loop = asyncio.get_running_loop()
+        written = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._epoch_writers, log_.assign_leader_epoch, state.leader_epoch, start)
+                for _, state, log_, start in became
+            ),
+            return_exceptions=True,
+        )
+        for (partition, state, log_, _), outcome in zip(became, written, strict=True):
+            if isinstance(outcome, Exception):
+                codes[partition.key]["error_code"] = self._role_change_failed(partition, state, outcome)
+            else:
+                self._became_leader(partition, state, log_)
 
     def _role_change_failed(self, partition: Partition, state: PartitionState, exc: Exception) -> int:
         """One partition of a LeaderAndIsr could not be applied: its error code for the response.
@@ -302,22 +330,17 @@ class LeaderAndIsrHandler:
             log_.update_config(config)
         return log_
 
-    async def _make_leader(
-        self, partition: Partition, state: PartitionState, is_new: bool, writers: Executor | None = None
-    ) -> None:
-        """``writers``: write the epoch checkpoint there (an append meanwhile records the same
-        epoch from its batch, and the write then adds nothing); None: here, on the loop."""
+    async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:
         log_ = await self._log_for(partition.topic, partition.partition, is_new)
         self.rm.fetchers.remove_partition(partition.key)
         partition.make_leader(state, log_.log_end_offset, self.rm.time_ms())
         # A new leader records (new epoch, LEO): every batch it appends from now on carries this epoch.
-        if writers is None:
-            log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
-        else:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(
-                writers, log_.assign_leader_epoch, state.leader_epoch, log_.log_end_offset
-            )
+        log_.assign_leader_epoch(state.leader_epoch, log_.log_end_offset)
+        self._became_leader(partition, state, log_)
+        self.rm.maybe_increment_high_watermark(partition, log_)
+        self.rm.wake(partition.key)
+
+    def _became_leader(self, partition: Partition, state: PartitionState, log_: Log) -> None:
         self.rm.state_change_log(
             {
                 "event": "BecameLeader",
@@ -328,8 +351,6 @@ class LeaderAndIsrHandler:
                 "high_watermark": log_.high_watermark,
             }
         )
-        self.rm.maybe_increment_high_watermark(partition, log_)
-        self.rm.wake(partition.key)
 
     async def _make_follower(
         self, partition: Partition, state: PartitionState, leader: dict | None, is_new: bool

@@ -138,8 +138,9 @@ async def test_a_leader_and_isr_of_many_partitions_gives_the_loop_back(tmp_path:
 async def test_a_batch_of_many_new_leaders_writes_their_epochs_on_threads_and_reports_each(
     tmp_path: Path,
 ) -> None:
-    """More than EPOCH_WRITE_WINDOW leaders: every epoch checkpoint is written (off the loop, on
-    the handler's writer threads) before the answer; a failed write fails its partition alone."""
+    """More than EPOCH_WRITE_WINDOW leaders: all lead first, then every epoch checkpoint is written
+    (off the loop, on the handler's writer threads) before the answer; a failed write fails its
+    partition alone."""
     from broker.log.log_dir_failure import KafkaStorageError
     from broker.replica import leader_and_isr
 
@@ -147,6 +148,7 @@ async def test_a_batch_of_many_new_leaders_writes_their_epochs_on_threads_and_re
     count = leader_and_isr.EPOCH_WRITE_WINDOW * 2 + 5
     try:
         threads: set[str] = set()
+        led_first: list[bool] = []  # at each write: every partition of the request leads already
         real_log_for = h.rm.state_changes._log_for
 
         async def log_for(topic: str, partition: int, is_new: bool = True):  # noqa: ANN202
@@ -157,6 +159,7 @@ async def test_a_batch_of_many_new_leaders_writes_their_epochs_on_threads_and_re
                 import threading
 
                 threads.add(threading.current_thread().name)
+                led_first.append(all(h.rm.partitions[("many", p)].is_leader for p in range(count)))
                 if partition == 7:
                     raise KafkaStorageError("the epoch checkpoint of many-7 could not be written")
                 real_assign(epoch, start_offset)
@@ -171,6 +174,7 @@ async def test_a_batch_of_many_new_leaders_writes_their_epochs_on_threads_and_re
         assert codes.pop(7) == ErrorCode.KAFKA_STORAGE_ERROR
         assert set(codes.values()) == {ErrorCode.NONE} and len(codes) == count - 1
         assert threads and all(name.startswith("leader-epoch") for name in threads), threads
+        assert led_first and all(led_first), "all lead before the first epoch write"
         for p in codes:
             log_ = h.rm.log_manager.get_log("many", p)
             assert log_.leader_epoch_cache.latest_epoch == 0, p
