@@ -262,6 +262,7 @@ class ControllerBrokerRequestBatch:
             lambda b, r, _req: log_response_errors(b, r)
         )
         self.leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = {}
+        self.elected: set[TopicPartition] = set()  # partitions whose leader an election chose
         self.update_metadata: dict[int, set[TopicPartition]] = {}
         self.stop_replica: dict[tuple[int, bool], dict[TopicPartition, None]] = {}
         self.stop_replica_callbacks: dict[tuple[int, bool], ResponseCallback] = {}
@@ -270,6 +271,7 @@ class ControllerBrokerRequestBatch:
         return not (self.leader_and_isr or self.update_metadata or self.stop_replica)
 
     def clear(self) -> None:
+        self.elected.clear()
         self.leader_and_isr.clear()
         self.update_metadata.clear()
         self.stop_replica.clear()
@@ -288,8 +290,13 @@ class ControllerBrokerRequestBatch:
         state: LeaderIsrAndControllerEpoch,
         replicas: Sequence[int],
         is_new: bool = False,
+        elected: bool = False,
     ) -> None:
-        """Tell ``broker_ids`` the partition's leadership; every live broker also gets it in UpdateMetadata."""
+        """Tell ``broker_ids`` the partition's leadership; every live broker also gets it in
+        UpdateMetadata. ``elected``: a leader election chose this leader; a broker's requests
+        carry the elected partitions first (:meth:`requests`)."""
+        if elected:
+            self.elected.add(tp)
         for broker_id in broker_ids:
             if broker_id < 0:
                 continue
@@ -356,12 +363,15 @@ class ControllerBrokerRequestBatch:
         """Each request of the batch, built when asked for: LeaderAndIsr, then UpdateMetadata, then
         StopReplica, per broker in id order. A broker's LeaderAndIsr and UpdateMetadata states go
         in requests of at most ``max_partitions`` partitions each
-        (``controller.request.max.partitions``), in partition order; a broker applies each on its
-        own, as Kafka's brokers do. StopReplica is not split: its entries are a name and a number,
+        (``controller.request.max.partitions``), the partitions of leader elections first, each part
+        in partition order; a broker applies each on its own, as Kafka's brokers do. StopReplica is not split: its entries are a name and a number,
         and topic deletion accounts for its answers per request
         (:class:`controller.topic_deletion.StopReplicaDeletionCallback`)."""
         for broker_id, entries in sorted(self.leader_and_isr.items()):
-            ordered = sorted(entries.items())
+            # elected partitions first: after a failover at scale a broker's states take many
+            # requests, applied one after another, and a partition without a leader must not wait
+            # behind thousands of ISR updates of partitions that have one
+            ordered = sorted(entries.items(), key=lambda item: (item[0] not in self.elected, item[0]))
             for chunk in _chunks(ordered, self.max_partitions):
                 body = self.leader_and_isr_body(controller_epoch, dict(chunk))
                 body["broker_epoch"] = self._broker_epoch(broker_id)

@@ -321,6 +321,7 @@ class PartitionStateMachine:
                 tp,
                 state,
                 self.context.replicas(tp),
+                elected=True,
             )
             if target is PartitionState.OFFLINE:
                 failed[tp] = outcome.reason

@@ -80,14 +80,22 @@ class ReplicaStateMachine:
                 )
 
     async def startup(self) -> None:
-        """Initialise, tell every live replica its partition's leadership, then take the replicas
-        on dead brokers offline (Kafka 2.x's ReplicaStateMachine.startup). The second step matters
-        when brokers died while there was no controller (the old controller among them): nobody
-        else removes them from the ISRs of partitions that kept their leader, and a leader keeps
-        an idle follower in its ISR (its LEO is the leader's), so acks=all would wait on the dead."""
+        """Initialise and tell every live replica its partition's leadership (Kafka 2.x's
+        ReplicaStateMachine.startup). The controller then elects leaders for the offline
+        partitions and only after that calls :meth:`take_dead_replicas_offline`."""
         self.initialize()
         online = [r for r, s in self.states.items() if s is ReplicaState.ONLINE]
         await self.handle_state_changes(online, ReplicaState.ONLINE)
+
+    async def take_dead_replicas_offline(self) -> None:
+        """Take the replicas on dead brokers offline: floodmark's step after the partition state
+        machine's startup. It matters when brokers died while there was no controller (the old
+        controller among them): nobody else removes them from the ISRs of partitions that kept
+        their leader, and a leader keeps an idle follower in its ISR (its LEO is the leader's), so
+        acks=all would wait on the dead. It runs after the elections of the offline partitions
+        (whose new ISRs hold live replicas only, so it writes nothing for them): its ISR writes
+        and LeaderAndIsr of every other partition, thousands after a failover at scale, must not
+        hold back the partitions that have no leader (docs/design.md "The controller at scale")."""
         offline = [
             r
             for r, s in self.states.items()

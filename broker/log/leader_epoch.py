@@ -144,13 +144,16 @@ class LeaderEpochFileCache:
                 )
             return
         kept = [e for e in self._entries if e.start_offset < start_offset]
-        if len(kept) != len(self._entries):
+        removed = self._entries[len(kept) :]
+        # Kafka's maybeTruncateNonMonotonicEntries warns of non-trivial removals only: one epoch
+        # that started where the new one starts wrote nothing (a leader re-elected with no append)
+        if len(removed) > 1 or (removed and removed[0].start_offset != start_offset):
             log.warning(
                 "%s: epoch %d at offset %d removes conflicting entries %s",
                 self.path,
                 epoch,
                 start_offset,
-                self._entries[len(kept) :],
+                removed,
             )
         self._replace([*kept, EpochEntry(epoch, start_offset)])
 

@@ -343,6 +343,19 @@ def test_requests_are_split_at_max_partitions_in_partition_order() -> None:
     assert all(body["live_brokers"] for _, key, body, _ in sent if key is ApiKey.UPDATE_METADATA)
 
 
+def test_a_brokers_elected_partitions_go_first_in_its_requests() -> None:
+    """After a failover a broker's states take many requests, applied one after another: the
+    partitions an election gave a leader come first, so they do not wait behind ISR updates."""
+    sent: list = []
+    batch = filled_batch(7, max_partitions=3, sent=sent)
+    for p in (5, 2, 6):
+        batch.add_leader_and_isr([1, 2], TopicPartition(TOPIC, p), state(2, (2,)), [1, 2], elected=True)
+    batch.send(EPOCH)
+    shapes = [(to, [p["partition"] for p in body["partition_states"]]) for to, key, body, _ in sent]
+    assert shapes[:6] == [(1, [2, 5, 6]), (1, [0, 1, 3]), (1, [4]), (2, [2, 5, 6]), (2, [0, 1, 3]), (2, [4])]
+    assert not batch.elected, "a sent batch forgets its elections"
+
+
 def test_each_leader_and_isr_answer_is_read_against_its_own_request() -> None:
     sent: list = []
     seen: list[tuple[int, list[int]]] = []

@@ -178,3 +178,47 @@ async def test_broker_failure_interrupted_by_connection_loss_is_retried(zk: ZkBr
         assert await eventually(everyone_told_2_is_gone), [(to, k.name) for to, k, _ in recorded.sent]
     finally:
         await controller.shutdown()
+
+
+# -- issue 25: after a failover, partitions without a leader get one before ISRs are cleaned ------
+
+
+async def test_a_new_controller_elects_the_leaderless_before_it_cleans_the_isrs_of_the_dead(
+    zk: ZkBridge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broker 2 died with the old controller: P0 (led by 2) has no leader, P1 and P2 (led by 1 and
+    3) still list 2 in their ISRs. The new controller tells the live replicas their leadership,
+    elects P0's leader, and only then removes 2 from the other ISRs: at scale those writes and
+    their LeaderAndIsr are thousands, and the leaderless partitions must not wait for them."""
+    monkeypatch.setattr(ReceivingBroker, "received", [])
+    monkeypatch.setattr(channel_module, "BrokerConnection", ReceivingBroker)
+    partitions = {P0: [2, 1, 3], P1: [1, 2, 3], P2: [3, 2, 1]}
+    for broker_id in (1, 3):
+        await register_broker(zk, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
+    await zk.create(
+        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
+    )
+    for tp, replicas in partitions.items():
+        await write_state(zk, tp, replicas[0], replicas, create=True)
+    config = ControllerConfig(auto_leader_rebalance_enable=False)
+    controller = KafkaController(1, FailingZk(zk), config, lambda: 0, random.Random(0), lambda r: None)  # type: ignore[arg-type]
+    await controller.startup()
+    try:
+
+        async def isrs_cleaned() -> bool:
+            states = [await get_partition_state(zk, tp) for tp in partitions]
+            return all(s is not None and 2 not in s.leader_and_isr.isr for s in states)
+
+        assert await eventually(isrs_cleaned)
+        state = await get_partition_state(zk, P0)
+        assert state is not None and state.leader_and_isr.leader == 1
+        told = []  # (partition, leader, leader epoch) as broker 3 is told them, in order
+        for to, key, body in ReceivingBroker.received:
+            if to == 3 and key is ApiKey.LEADER_AND_ISR:
+                told += [(p["partition"], p["leader"], p["leader_epoch"]) for p in body["partition_states"]]
+        p0_led = min(i for i, (p, leader, _) in enumerate(told) if p == 0 and leader in (1, 3))
+        p1_cleaned = told.index((1, 1, 1))
+        print("TOLD", told)
+        assert p0_led < p1_cleaned, told
+    finally:
+        await controller.shutdown()

@@ -56,6 +56,23 @@ def test_assign_removes_entries_that_start_at_or_after_the_new_one(path: Path):
     assert LeaderEpochFileCache(path).entries == cache.entries
 
 
+def test_only_a_non_trivial_removal_is_warned_of(path: Path, caplog: pytest.LogCaptureFixture):
+    """Kafka's maybeTruncateNonMonotonicEntries: a leader re-elected before any append replaces
+    the one epoch that started where the new one starts: nothing written, nothing to warn of (a
+    failover at scale did it for thousands of partitions at once)."""
+    cache = LeaderEpochFileCache(path)
+    cache.assign(0, 0)
+    with caplog.at_level("WARNING"):
+        cache.assign(1, 0)
+    assert cache.entries == [EpochEntry(1, 0)] and not caplog.records
+    cache.assign(2, 10)
+    cache.assign(3, 20)
+    with caplog.at_level("WARNING"):
+        cache.assign(4, 15)  # epoch 3's entry started after 15: data of it is gone
+    assert cache.entries == [EpochEntry(1, 0), EpochEntry(2, 10), EpochEntry(4, 15)]
+    assert "removes conflicting entries" in caplog.text
+
+
 def test_assign_rejects_negative_values(path: Path):
     with pytest.raises(ValueError):
         LeaderEpochFileCache(path).assign(-1, 0)
