@@ -65,17 +65,19 @@ class ReceivingBroker:
         self.is_open = False
 
 
-async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(
-    zk: ZkBridge, zk_connect: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What the restarted broker receives through the real channel: LeaderAndIsr for every replica
-    it keeps, addressed to its new epoch, and no StopReplica (the failure step's StopReplica is
-    dropped: the bounced broker's sender is removed before it is built)."""
+async def receiving_controller(
+    zk: ZkBridge,
+    failing: FailingZk,
+    live: tuple[int, ...],
+    partitions: dict[TopicPartition, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> KafkaController:
+    """Brokers ``live`` registered, topic t with ``partitions`` (each led by its first replica,
+    every replica in its ISR), and controller 1 started over the real channel to
+    :class:`ReceivingBroker` connections."""
     monkeypatch.setattr(ReceivingBroker, "received", [])
     monkeypatch.setattr(channel_module, "BrokerConnection", ReceivingBroker)
-    failing = FailingZk(zk)
-    partitions = {P0: [2, 1], P1: [1, 2], P2: [2]}
-    for broker_id in (1, 2):
+    for broker_id in live:
         await register_broker(zk, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
     await zk.create(
         topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
@@ -85,6 +87,18 @@ async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(
     config = ControllerConfig(auto_leader_rebalance_enable=False)
     controller = KafkaController(1, failing, config, lambda: 0, random.Random(0), lambda r: None)  # type: ignore[arg-type]
     await controller.startup()
+    return controller
+
+
+async def test_bounced_broker_gets_leader_and_isr_after_stop_replica(
+    zk: ZkBridge, zk_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the restarted broker receives through the real channel: LeaderAndIsr for every replica
+    it keeps, addressed to its new epoch, and no StopReplica (the failure step's StopReplica is
+    dropped: the bounced broker's sender is removed before it is built)."""
+    failing = FailingZk(zk)
+    partitions = {P0: [2, 1], P1: [1, 2], P2: [2]}
+    controller = await receiving_controller(zk, failing, (1, 2), partitions, monkeypatch)
     second_session = ZkBridge(zk_connect, session_timeout_ms=6000)
     await second_session.start()
     try:
@@ -190,19 +204,8 @@ async def test_a_new_controller_elects_the_leaderless_before_it_cleans_the_isrs_
     3) still list 2 in their ISRs. The new controller tells the live replicas their leadership,
     elects P0's leader, and only then removes 2 from the other ISRs: at scale those writes and
     their LeaderAndIsr are thousands, and the leaderless partitions must not wait for them."""
-    monkeypatch.setattr(ReceivingBroker, "received", [])
-    monkeypatch.setattr(channel_module, "BrokerConnection", ReceivingBroker)
     partitions = {P0: [2, 1, 3], P1: [1, 2, 3], P2: [3, 2, 1]}
-    for broker_id in (1, 3):
-        await register_broker(zk, broker_id, [EndPoint("PLAINTEXT", "127.0.0.1", broker_id)], 0)
-    await zk.create(
-        topic_path("t"), encode_topic_assignment({tp.partition: r for tp, r in partitions.items()})
-    )
-    for tp, replicas in partitions.items():
-        await write_state(zk, tp, replicas[0], replicas, create=True)
-    config = ControllerConfig(auto_leader_rebalance_enable=False)
-    controller = KafkaController(1, FailingZk(zk), config, lambda: 0, random.Random(0), lambda r: None)  # type: ignore[arg-type]
-    await controller.startup()
+    controller = await receiving_controller(zk, FailingZk(zk), (1, 3), partitions, monkeypatch)
     try:
 
         async def isrs_cleaned() -> bool:
