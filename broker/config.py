@@ -109,14 +109,7 @@ BROKER_PROPERTIES: dict[str, Prop] = props_table(
     Prop("replica.fetch.min.bytes", "int", 1, low=1),
     Prop("replica.fetch.max.bytes", "int", 1048576, low=0),
     Prop("replica.fetch.backoff.ms", "int", 1000, low=0),
-    Prop(
-        "max.incremental.fetch.session.cache.slots",
-        "int",
-        1000,
-        low=0,
-        doc="Fetch sessions (KIP-227) this broker keeps for its followers; 0 turns them off (every "
-        'replica fetch then names every partition). docs/design.md "Fetch sessions (KIP-227)".',
-    ),
+    Prop("max.incremental.fetch.session.cache.slots", "int", 1000, low=0),
     Prop("replica.socket.timeout.ms", "int", 30000, low=1),
     Prop("replica.high.watermark.checkpoint.interval.ms", "int", 5000, low=1),
     Prop("replica.truncation.policy", "str", "leader-epoch", choices=("leader-epoch", "high-watermark")),

@@ -76,6 +76,9 @@ MEANINGS: dict[str, str] = {
     "replica.fetch.min.bytes": "Bytes a follower's FETCH waits for before the leader answers (up to `replica.fetch.wait.max.ms`).",
     "replica.fetch.max.bytes": "Bytes a follower asks for per partition in one FETCH.",
     "replica.fetch.backoff.ms": "Pause before a follower fetches again after a fetch error.",
+    "max.incremental.fetch.session.cache.slots": "Fetch sessions (KIP-227) this broker keeps for its "
+    "followers; 0 turns them off (each replica fetch then names every partition). docs/design.md "
+    '"Fetch sessions (KIP-227)".',
     "replica.socket.timeout.ms": "Timeout of a follower's requests to its leader.",
     "replica.high.watermark.checkpoint.interval.ms": "How often each log dir's `replication-offset-checkpoint` (the high watermarks) is written.",
     "replica.truncation.policy": "How a follower truncates before fetching from a new leader: `leader-epoch` (KIP-101/279, safe) or `high-watermark` (Kafka's rule before KIP-101, unsafe: truncating to the high watermark can lose acknowledged data and let replicas diverge; kept to reproduce that).",
