@@ -229,9 +229,7 @@ class LogManager:
             refusal = self._creation_refusal((topic, partition), is_new)
             if refusal is not None:
                 raise refusal
-            log_dir = min(
-                self.online_log_dirs, key=self._dir_counts.__getitem__
-            )  # Kafka: the fewest partitions
+            log_dir = self._place((topic, partition), self._dir_counts)
             with self.failure_channel.io_errors(
                 log_dir, f"Error while creating log for {topic}-{partition} in dir {log_dir}"
             ):
@@ -244,6 +242,15 @@ class LogManager:
             self._adopt(created)
             self._put((topic, partition), created)
             return created
+
+    def _place(self, tp: TopicPartition, counts: Mapping[Path, int]) -> Path:
+        """The online dir for a new log of ``tp``: the one already holding its directory, left
+        behind by a creation that failed after making it (EMFILE at its dir's fsync: the dir stays
+        online, and a log of the same partition in a second dir would stop the next start-up
+        with duplicate directories), else the one with the fewest partitions (Kafka's rule)."""
+        online = self.online_log_dirs
+        name = f"{tp[0]}-{tp[1]}"
+        return next((d for d in online if (d / name).is_dir()), None) or min(online, key=counts.__getitem__)
 
     def _creation_refusal(self, tp: TopicPartition, is_new: bool) -> Exception | None:
         """Why no log can be created for ``tp`` now (None: it can)."""
@@ -285,7 +292,7 @@ class LogManager:
             for tp, config, is_new in wanted:
                 if tp in self._logs or tp in plan or self._creation_refusal(tp, is_new) is not None:
                     continue
-                log_dir = min(self.online_log_dirs, key=counts.__getitem__)
+                log_dir = self._place(tp, counts)
                 counts[log_dir] += 1
                 plan[tp] = (log_dir, config)
 

@@ -85,6 +85,9 @@ class FetchSession:
         self.dirty: set[TopicPartition] = set()  # to read at the next fetch
         self.last_fetch_ms = now_ms  # RemoteReplica.settle_session reads it
         self.last_used_ms = now_ms
+        #: evicted, or replaced by the follower's new session: a fetch of it still parked (its
+        #: connection is gone) reads nothing and marks nothing clean when it completes
+        self.closed = False
 
     @property
     def key(self) -> Hashable:
@@ -92,7 +95,10 @@ class FetchSession:
         return ("fetch-session", self.id)
 
     def to_read(self) -> dict[TopicPartition, dict]:
-        """The request entries of the dirty partitions: what this fetch reads."""
+        """The request entries of the dirty partitions: what this fetch reads (nothing once closed:
+        its entries may be older than what the follower has, and would move its state back)."""
+        if self.closed:
+            return {}
         return {tp: self.partitions[tp].fetch for tp in self.dirty if tp in self.partitions}
 
     def _news(self, tp: TopicPartition, result: Result) -> bool:
@@ -156,12 +162,17 @@ class FetchSessionCache:
     def remove(self, session: FetchSession) -> None:
         if self._sessions.pop(session.id, None) is None:
             return
+        session.closed = True
         for tp in session.partitions:
-            holders = self._holding.get(tp)
-            if holders is not None:
-                holders.pop(session.id, None)
-                if not holders:
-                    del self._holding[tp]
+            self._release(session, tp)
+
+    def _release(self, session: FetchSession, tp: TopicPartition) -> None:
+        """``session`` no longer holds ``tp``."""
+        holders = self._holding.get(tp)
+        if holders is not None:
+            holders.pop(session.id, None)
+            if not holders:
+                del self._holding[tp]
 
     def use(self, session: FetchSession, now_ms: int) -> None:
         """A fetch of ``session`` arrived: it becomes the most recently used, its epoch moves on, and
@@ -182,10 +193,7 @@ class FetchSessionCache:
         for tp in forgotten:
             if session.partitions.pop(tp, None) is not None:
                 session.dirty.discard(tp)
-                holders = self._holding.get(tp, {})
-                holders.pop(session.id, None)
-                if not holders:
-                    self._holding.pop(tp, None)
+                self._release(session, tp)
         changed = []
         for tp, fetch in requested.items():
             cached = session.partitions.get(tp)
@@ -278,7 +286,7 @@ def mark_clean(
     no ISR change pending, and without error is clean: the session reads it again only once
     touched (ReplicaManager.fetch_ready, and every applied ISR change)."""
     session = context.session
-    if session is None:
+    if session is None or session.closed:
         return
     for tp, result in results.items():
         if result.error_code != ErrorCode.NONE or tp not in session.partitions:

@@ -303,7 +303,9 @@ class LeaderAndIsrHandler:
                 self.rm.quotas.apply_topic_config(topic, overrides, self.rm.broker_id)
         return self.rm.config.log_config(self.rm.topic_overrides[topic])
 
-    async def _create_logs(self, changing: list[tuple[Partition, PartitionState]], new_replicas: set) -> None:
+    async def _create_logs(
+        self, changing: list[tuple[Partition, PartitionState]], new_replicas: set[TopicPartition]
+    ) -> None:
         """More than EPOCH_WRITE_WINDOW partitions of one request without a log (a topic created,
         a broker's first replicas): create them together, off the loop, with one directory fsync
         for them all (LogManager.create_logs; docs/design.md "Thousands of new logs"). Each

@@ -154,6 +154,27 @@ async def test_a_clean_follower_stays_in_the_isr_and_a_silent_one_leaves_it(h):
     assert all(sorted(h.rm.get_partition(("t", p)).isr) == [1, 2, 3] for p in range(1, PARTITIONS))
 
 
+async def test_a_parked_fetch_of_a_replaced_session_reads_and_marks_nothing(h2, reads):
+    """The follower reconnected and opened a new session (epoch 0, the old id) while a fetch of
+    the old one was parked: when it expires it must not read the old session's entries (older than
+    the follower's log, they would move its state back) nor mark anything clean in a dead session.
+    Replica 3 is outside the ISR here, so none of its partitions is ever clean: each fetch reads
+    them all, and with nothing new to say parks on them."""
+    h = h2
+    old = await open_session(h, 3)
+    reads.clear()
+    parked = fetch(h, body(3, old, 1, {}, wait_ms=50))
+    await asyncio.sleep(0)
+    assert not parked.done() and len(reads) == PARTITIONS
+    _, new, _ = await fetch(
+        h, body(3, old, INITIAL_EPOCH, {("t", p): entry(0) for p in range(PARTITIONS)}, wait_ms=0)
+    )
+    assert new != old
+    reads.clear()
+    results, _, _ = await asyncio.wait_for(parked, 1)
+    assert results == {} and reads == [], "the replaced session's parked fetch read nothing"
+
+
 async def test_session_errors_are_kafkas_and_epoch_minus_one_is_sessionless(h):
     session_id = await open_session(h)
     assert (await fetch(h, body(2, session_id + 99, 1, {}, wait_ms=0)))[

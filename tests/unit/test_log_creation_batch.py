@@ -90,12 +90,22 @@ def test_a_dir_whose_fsync_meets_emfile_adopts_nothing_and_get_or_create_log_rec
     assert {lg.log_dir for lg in manager.all_logs().values()} == {dirs[1]}
     assert not manager.is_offline(dirs[0]), "EMFILE is not a disk failure"
     assert manager.file_cache.stats.open <= 10, "the logs not adopted were closed"
+    left_behind = {p for p in range(20) if manager.get_log("t", p) is None}
+    assert all((dirs[0] / f"t-{p}").is_dir() for p in left_behind)
     failing.clear()
-    # the partitions' own steps: the logs left behind are opened again, in any dir
+    for p in range(11):  # other logs meanwhile: d1 holds 11, d2 10
+        manager.get_or_create_log("u", p)
+    # the partitions' own steps open the logs left behind again, in the dir that holds them (the
+    # fewest-partitions rule would pick d2 for some: duplicate directories at the next start-up)
     for p in range(20):
         manager.get_or_create_log("t", p)
-    assert set(manager.all_logs()) == {("t", p) for p in range(20)}
+    assert {tp for tp in manager.all_logs() if tp[0] == "t"} == {("t", p) for p in range(20)}
+    assert {manager.get_log("t", p).log_dir for p in left_behind} == {dirs[0]}
     manager.shutdown()
+    reloaded = LogManager(dirs, LogConfig(), Clock())
+    reloaded.load_logs()
+    assert not reloaded.is_offline(dirs[0]) and len(reloaded.all_logs()) == 31
+    reloaded.shutdown()
 
 
 def test_a_log_that_fails_with_an_io_error_takes_its_dir_offline_and_its_dir_adopts_nothing(
