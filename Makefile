@@ -65,8 +65,18 @@ kcat:
 	  fi; \
 	fi
 
+# The suite in two runs (docs/design.md "The test suite on two workers"): first the unit,
+# simulator, scenario and integration tests on XDIST_WORKERS pytest-xdist workers, a whole test
+# file per worker at a time (a module's cluster stays in one process; each worker starts its own
+# ZooKeeper), then, one at a time, the rest: chaos runs, the compose cluster and the Spark
+# verification, which hold machine-wide things (network namespaces, the Docker engine, a JVM) and
+# load the machine on their own.
+XDIST_WORKERS ?= 2
+PARALLEL_TESTS := tests/unit tests/sim tests/scenarios tests/integration
+
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n $(XDIST_WORKERS) --dist loadfile --durations=15 $(PARALLEL_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests $(addprefix --ignore=,$(PARALLEL_TESTS))
 
 test-fast: setup
 	$(PY) -m pytest -q -x tests/unit
