@@ -65,8 +65,11 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
     with ctl.partition_state_machine.trusting_context():
         await ctl.replica_state_machine.startup()
         await ctl.partition_state_machine.startup()
-        # the dead brokers' replicas leave the ISRs of the partitions that kept their leader only
-        # now, so the partitions without one get theirs first
+        # what the elections decided goes out now (each broker's elected partitions first), as
+        # Kafka's state machines send each step's batch; the dead brokers' replicas leave the ISRs
+        # of the partitions that kept their leader only after, so the ISR writes of thousands of
+        # those do not hold back the partitions without a leader
+        await ctl.batch.send_async(ctl.context.epoch)
         await ctl.replica_state_machine.take_dead_replicas_offline()
     # 9-10. running as controller: every live broker gets the whole metadata
     ctl.batch.add_update_metadata(ctl.context.live_or_shutting_down_broker_ids, ctl.context.all_partitions())

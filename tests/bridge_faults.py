@@ -40,10 +40,16 @@ class FailingZk:
             {"method": method, "path": path, "match": match, "left": nth, "hook": None, "after": after_commit}
         )
 
-    def before(self, method: str, hook: Callable[[], Awaitable[None]], path: str | None = None) -> None:
+    def before(
+        self,
+        method: str,
+        hook: Callable[[], Awaitable[None]],
+        path: str | None = None,
+        match: Callable[[Any], bool] | None = None,
+    ) -> None:
         """Run ``hook`` once, just before the first matching call goes to ZooKeeper."""
         self._rules.append(
-            {"method": method, "path": path, "match": None, "left": 1, "hook": hook, "after": False}
+            {"method": method, "path": path, "match": match, "left": 1, "hook": hook, "after": False}
         )
 
     def _due(self, name: str, args: tuple) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ broker connections.
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -202,10 +203,35 @@ async def test_a_new_controller_elects_the_leaderless_before_it_cleans_the_isrs_
 ) -> None:
     """Broker 2 died with the old controller: P0 (led by 2) has no leader, P1 and P2 (led by 1 and
     3) still list 2 in their ISRs. The new controller tells the live replicas their leadership,
-    elects P0's leader, and only then removes 2 from the other ISRs: at scale those writes and
-    their LeaderAndIsr are thousands, and the leaderless partitions must not wait for them."""
+    elects P0's leader and sends that, and only then removes 2 from the other ISRs: at scale those
+    writes and their LeaderAndIsr are thousands, and the leaderless partitions must wait for
+    neither. The ISR write of P1 is held until broker 3 has been told P0's new leader (or 5 s)."""
     partitions = {P0: [2, 1, 3], P1: [1, 2, 3], P2: [3, 2, 1]}
-    controller = await receiving_controller(zk, FailingZk(zk), (1, 3), partitions, monkeypatch)
+    failing = FailingZk(zk)
+    p1_state = partition_state_path("t", 1)
+
+    def told_to_3() -> list[tuple[int, int, int]]:
+        """(partition, leader, leader epoch) as broker 3 was told them, in order."""
+        return [
+            (p["partition"], p["leader"], p["leader_epoch"])
+            for to, key, body in ReceivingBroker.received
+            if to == 3 and key is ApiKey.LEADER_AND_ISR
+            for p in body["partition_states"]
+        ]
+
+    seen_at_the_isr_write: list[list[tuple[int, int, int]]] = []
+
+    async def hold_the_isr_write() -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while not any(p == 0 and leader in (1, 3) for p, leader, _ in told_to_3()) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        seen_at_the_isr_write.append(told_to_3())
+
+    failing.before(
+        "multi", hold_the_isr_write, match=lambda ops: any(getattr(op, "path", None) == p1_state for op in ops)
+    )
+    controller = await receiving_controller(zk, failing, (1, 3), partitions, monkeypatch)
     try:
 
         async def isrs_cleaned() -> bool:
@@ -215,13 +241,12 @@ async def test_a_new_controller_elects_the_leaderless_before_it_cleans_the_isrs_
         assert await eventually(isrs_cleaned)
         state = await get_partition_state(zk, P0)
         assert state is not None and state.leader_and_isr.leader == 1
-        told = []  # (partition, leader, leader epoch) as broker 3 is told them, in order
-        for to, key, body in ReceivingBroker.received:
-            if to == 3 and key is ApiKey.LEADER_AND_ISR:
-                told += [(p["partition"], p["leader"], p["leader_epoch"]) for p in body["partition_states"]]
+        # when P1's ISR was written, broker 3 had been told P0's new leader already
+        assert len(seen_at_the_isr_write) == 1
+        assert any(p == 0 and leader == 1 for p, leader, _ in seen_at_the_isr_write[0]), seen_at_the_isr_write
+        told = told_to_3()
         p0_led = min(i for i, (p, leader, _) in enumerate(told) if p == 0 and leader in (1, 3))
         p1_cleaned = told.index((1, 1, 1))
-        print("TOLD", told)
         assert p0_led < p1_cleaned, told
     finally:
         await controller.shutdown()
