@@ -229,7 +229,9 @@ async def test_a_new_controller_elects_the_leaderless_before_it_cleans_the_isrs_
         seen_at_the_isr_write.append(told_to_3())
 
     failing.before(
-        "multi", hold_the_isr_write, match=lambda ops: any(getattr(op, "path", None) == p1_state for op in ops)
+        "multi",
+        hold_the_isr_write,
+        match=lambda ops: any(getattr(op, "path", None) == p1_state for op in ops),
     )
     controller = await receiving_controller(zk, failing, (1, 3), partitions, monkeypatch)
     try:
