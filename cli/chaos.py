@@ -14,9 +14,10 @@ in every one of these cases.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -40,6 +41,7 @@ def verify_run(
     master: str,
     topics: list[str],
     progress: Say,
+    spark: Any = None,
 ) -> bool:
     """The chaos runner's verifier: the Spark verification job over the run's ledger, the
     committed log and every replica's segments (offline, from the log dirs alone, when
@@ -47,14 +49,18 @@ def verify_run(
     each other."""
     from verify.job import run_verification
 
-    return run_verification(report_dir, bootstrap, log_dirs, master, topics=topics, progress=progress).ok
+    return run_verification(
+        report_dir, bootstrap, log_dirs, master, topics=topics, progress=progress, spark=spark
+    ).ok
 
 
-async def run_chaos(settings: ChaosSettings, progress: Say) -> ChaosResult:
-    """``chaos.run.run_chaos`` with the verification job wired in (``settings.verify`` decides)."""
+async def run_chaos(settings: ChaosSettings, progress: Say, spark: Any = None) -> ChaosResult:
+    """``chaos.run.run_chaos`` with the verification job wired in (``settings.verify`` decides);
+    ``spark``: a SparkSession to verify in (left running) instead of one the job starts."""
     from chaos.run import run_chaos as run_faults
 
-    return await run_faults(settings, progress, verifier=verify_run)
+    verifier = verify_run if spark is None else functools.partial(verify_run, spark=spark)
+    return await run_faults(settings, progress, verifier=verifier)
 
 
 def _run_reporting_runner_errors(settings: ChaosSettings) -> ChaosResult:

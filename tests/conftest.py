@@ -1,4 +1,6 @@
-"""Shared fixtures: uvloop for every async test, and a real ZooKeeper server (never a fake).
+"""Shared fixtures: uvloop for every async test, a real ZooKeeper server (never a fake), and one
+SparkSession for every verification of a test session (the verification tests' and the chaos
+runs').
 
 The ZooKeeper fixture starts the Debian package's jars (see devcluster/zookeeper.py); when they
 are missing it fails with the install hint instead of skipping: `make test` installs them.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
@@ -49,3 +52,26 @@ def zk_connect(zookeeper: ZooKeeperProcess, request: pytest.FixtureRequest) -> s
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession for every verification in this test session (SPEC 8), built with the
+    MACHINE-NOTES settings. The data of a test is small, so the session is what the job itself
+    picks for a small input: the fast-start JVM, no whole-stage code generation (compiling it
+    costs more than running the plan), no adaptive re-planning, one shuffle partition. A chaos
+    run verifies in it too (``cli.chaos.run_chaos(..., spark=spark)``) instead of starting a JVM
+    of its own; the job's own session is the CLI's, tested by the compose run and
+    tests/verify/test_cli.py."""
+    from verify.session import SMALL_INPUT_CONF, build_session
+
+    session = build_session(
+        "local[2]",
+        "floodmark-verify-tests",
+        shuffle_partitions=1,
+        driver_memory="2g",
+        fast_start=True,
+        extra_conf=SMALL_INPUT_CONF,
+    )
+    yield session
+    session.stop()

@@ -81,7 +81,7 @@ def stop_leftovers(cluster_dir: Path) -> None:
         LocalCluster(cluster_dir).down(timeout=10)
 
 
-async def test_a_failed_heal_is_reported_verified_offline_and_stop_leaves_nothing_running(tmp_path):
+async def test_a_failed_heal_is_reported_verified_offline_and_stop_leaves_nothing_running(tmp_path, spark):
     if reason := unavailable_reason():
         pytest.fail(reason)
     cluster_dir = tmp_path / "cluster"
@@ -105,7 +105,7 @@ async def test_a_failed_heal_is_reported_verified_offline_and_stop_leaves_nothin
     said: list[str] = []
     seen: dict[str, int] = {}
     try:
-        result = await run_chaos(settings, breaking_configs_at_the_fault(cluster_dir, said, seen))
+        result = await run_chaos(settings, breaking_configs_at_the_fault(cluster_dir, said, seen), spark=spark)
         left = {name: pid for name, pid in (seen | pids_of(cluster_dir)).items() if alive(pid)}
         mounted = [
             p for p in (cluster_dir / "broker-1" / "disk", cluster_dir / "broker-1" / "data") if mount_type(p)

@@ -27,7 +27,7 @@ KINDS = ("kill", "consumer")
 
 
 async def test_librdkafka_producers_and_consumers_under_kills_lose_duplicate_diverge_and_miss_nothing(
-    tmp_path,
+    tmp_path, spark
 ):
     settings = ChaosSettings(
         data_dir=tmp_path / "cluster",
@@ -40,7 +40,7 @@ async def test_librdkafka_producers_and_consumers_under_kills_lose_duplicate_div
         consumers=2,
         client="kafka",
     )
-    result = await run_chaos(settings, print)
+    result = await run_chaos(settings, print, spark=spark)
 
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     injected = [e["detail"]["kind"] for e in events if e["type"] == "fault"]

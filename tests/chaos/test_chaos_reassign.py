@@ -35,7 +35,7 @@ def log_dir_of(log_dirs: list[str]) -> dict[int, Path]:
     return {int(re.search(r"broker-(\d+)", d).group(1)): Path(d) for d in log_dirs}
 
 
-async def test_partitions_moved_under_load_lose_duplicate_and_diverge_nothing(tmp_path):
+async def test_partitions_moved_under_load_lose_duplicate_and_diverge_nothing(tmp_path, spark):
     settings = ChaosSettings(
         data_dir=tmp_path / "cluster",
         report_dir=tmp_path / "report",
@@ -48,7 +48,7 @@ async def test_partitions_moved_under_load_lose_duplicate_and_diverge_nothing(tm
         stop_cluster=True,
         records_per_second=300,
     )
-    result = await run_chaos(settings, print)
+    result = await run_chaos(settings, print, spark=spark)
 
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     faults = [e["detail"] for e in events if e["type"] == "fault"]

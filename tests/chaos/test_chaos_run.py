@@ -36,7 +36,7 @@ def assert_verified_clean(report_dir, result, min_acknowledged: int) -> None:
     assert result.verification_ok
 
 
-async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path):
+async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path, spark):
     # Every fault kind, the partition included: never drop one silently (the schedule would then
     # test less than this test's name says). Partitions need network namespaces, hence root.
     assert netns_available(), "the partition fault needs network namespaces: run this test as root"
@@ -50,7 +50,7 @@ async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path)
         stop_cluster=True,
         records_per_second=300,
     )
-    result = await run_chaos(settings, print)
+    result = await run_chaos(settings, print, spark=spark)
 
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     injected = {e["detail"]["kind"] for e in events if e["type"] == "fault"}
@@ -64,7 +64,7 @@ async def test_a_minute_of_chaos_loses_duplicates_and_diverges_nothing(tmp_path)
 DISK_SEED = 4  # with 45 s: a kill, disk-error on a follower, disk-full on a leader, disk-error on a leader
 
 
-async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_nothing(tmp_path):
+async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_nothing(tmp_path, spark):
     """Issue 8: disk-full and disk-error (KIP-112) among the faults. The run puts every broker's
     log dir on a faultable disk (devcluster/disk.py: FUSE over a tmpfs, root only); a broker whose
     only log dir fails halts, the heal frees or fixes the disk and restarts it."""
@@ -78,7 +78,7 @@ async def test_chaos_with_full_and_failing_disks_loses_duplicates_and_diverges_n
         stop_cluster=True,
         records_per_second=300,
     )
-    result = await run_chaos(settings, print)
+    result = await run_chaos(settings, print, spark=spark)
 
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     faults = [e["detail"] for e in events if e["type"] == "fault"]
@@ -101,7 +101,7 @@ BROKERS = (1, 2, 3)
 CONSUMER_CHECKS = ("group_missed", "commit_went_backwards", "consumed_value_mismatch", "owned_twice")
 
 
-async def test_chaos_with_zookeeper_pauses_and_a_consumer_group_loses_and_misses_nothing(tmp_path):
+async def test_chaos_with_zookeeper_pauses_and_a_consumer_group_loses_and_misses_nothing(tmp_path, spark):
     """Issue 10: ZooKeeper itself SIGSTOPped for half a session timeout (every client sees
     ConnectionLoss and SUSPENDED, no session expires) among kills of leaders and the controller.
     The verification reads the committed log through the brokers after the heal, so every
@@ -124,7 +124,7 @@ async def test_chaos_with_zookeeper_pauses_and_a_consumer_group_loses_and_misses
         consumers=2,
         overrides={"replica.high.watermark.checkpoint.interval.ms": "1000"},
     )
-    result = await run_chaos(settings, print)
+    result = await run_chaos(settings, print, spark=spark)
     events = [json.loads(line) for line in (settings.report_dir / "events.jsonl").read_text().splitlines()]
     kinds_injected = [e["detail"]["kind"] for e in events if e["type"] == "fault"]
     assert set(kinds_injected) == set(CONSUMER_KINDS), kinds_injected
