@@ -105,7 +105,9 @@ async def test_a_failed_heal_is_reported_verified_offline_and_stop_leaves_nothin
     said: list[str] = []
     seen: dict[str, int] = {}
     try:
-        result = await run_chaos(settings, breaking_configs_at_the_fault(cluster_dir, said, seen), spark=spark)
+        result = await run_chaos(
+            settings, breaking_configs_at_the_fault(cluster_dir, said, seen), spark=spark
+        )
         left = {name: pid for name, pid in (seen | pids_of(cluster_dir)).items() if alive(pid)}
         mounted = [
             p for p in (cluster_dir / "broker-1" / "disk", cluster_dir / "broker-1" / "data") if mount_type(p)
