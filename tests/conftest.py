@@ -61,8 +61,9 @@ def spark() -> Iterator[Any]:
     picks for a small input: the fast-start JVM, no whole-stage code generation (compiling it
     costs more than running the plan), no adaptive re-planning, one shuffle partition. A chaos
     run verifies in it too (``cli.chaos.run_chaos(..., spark=spark)``) instead of starting a JVM
-    of its own; the job's own session is the CLI's, tested by the compose run and
-    tests/verify/test_cli.py."""
+    of its own. A job starting its own session is tested where the CLI runs in a process of its
+    own: the compose cluster's ``floodmark chaos run`` (tests/compose) and ``make demo`` (an
+    in-process CliRunner finds this session active and uses it)."""
     from verify.session import SMALL_INPUT_CONF, build_session
 
     session = build_session(
