@@ -3,8 +3,9 @@
 CreateTopics and DeleteTopics go to the controller, as in ZooKeeper-era Kafka: the admin finds
 it in metadata and, on NOT_CONTROLLER (the controller moved) or a lost connection, refreshes
 metadata and sends the remaining topics again until ``timeout_ms`` runs out. After a successful
-create it waits (best effort, within the same timeout) until metadata shows a leader for every
-new partition, so a describe or produce right after sees the topic. Describe and list read a
+create it waits (best effort, within the same timeout) until every live broker's metadata shows a
+leader for every new partition (:mod:`client.topic_propagation`), so a describe or produce right
+after sees the topic on whichever broker it goes to. Describe and list read a
 Metadata response from any broker.
 
 Results per topic are ``None`` (success) or a :class:`KafkaError` whose message carries the
@@ -25,10 +26,9 @@ mixed in here, as do ``describe_cluster`` (DescribeCluster, KIP-700), ``describe
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from client import config_bodies
+from client import config_bodies, topic_propagation
 from client.cluster_admin import ClusterAdminMixin
 from client.group_admin import ConsumerGroupsMixin
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
@@ -42,8 +42,6 @@ from client.types import (
     TopicDescription,
     TopicPartition,
 )
-
-log = logging.getLogger(__name__)
 
 #: Per-topic codes after which the admin asks metadata for the controller again and retries.
 _RETRY = {ErrorCode.NOT_CONTROLLER, ErrorCode.NETWORK_EXCEPTION}
@@ -335,32 +333,9 @@ class AdminClient(ClusterAdminMixin, PartitionReassignmentsMixin, ConsumerGroups
     async def _await_leaders(
         self, names: list[str], deadline: float, counts: dict[str, int] | None = None
     ) -> None:
-        """Until every topic of ``names`` has a leader for each partition (and at least
-        ``counts[name]`` partitions), or the deadline."""
-        loop = asyncio.get_running_loop()
-        counts = counts or {}
-        waiting = set(names)
-        while waiting:
-            try:
-                body = await self._cluster.request_metadata(sorted(waiting))
-            except KafkaError as exc:
-                log.debug("waiting for new topics' leaders: %s", exc)
-            else:
-                for topic in body["topics"]:
-                    parts = topic["partitions"]
-                    if (
-                        topic["error_code"] == ErrorCode.NONE
-                        and parts
-                        and len(parts) >= counts.get(topic["topic"], 0)
-                        and all(p["leader"] >= 0 for p in parts)
-                    ):
-                        waiting.discard(topic["topic"])
-            if not waiting:
-                return
-            if loop.time() + self.retry_backoff_ms / 1000 > deadline:
-                log.warning("created topic(s) %s but no leader is visible yet", ", ".join(sorted(waiting)))
-                return
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
+        """Until every live broker shows every partition of ``names`` led (at least
+        ``counts[name]`` partitions), or the deadline: :mod:`client.topic_propagation`."""
+        await topic_propagation.await_leaders(self._cluster, names, deadline, counts, self.retry_backoff_ms)
 
     async def list_topics(self, include_internal: bool = True) -> list[str]:
         """Every topic name, sorted (``include_internal=False`` drops internal ones)."""

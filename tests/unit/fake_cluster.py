@@ -12,7 +12,9 @@ DescribeCluster / DescribeLogDirs / IncrementalAlterConfigs (tests/unit/fake_clu
 offsets into the batches it stores (as a leader would), and lets a test inject faults:
 per-partition error codes for the next produce or fetch attempts, dropping a connection before or
 after handling a request (a lost request or a lost response), moving a leader, moving the
-controller, delaying produce responses.
+controller, delaying produce responses, a node whose metadata does not know a topic for its next
+few Metadata answers (:attr:`FakeCluster.unseen`: a broker the controller's UpdateMetadata has
+not reached yet).
 
 Idempotent batches go through the broker's own producer-state rules
 (:class:`broker.log.producer_state.ProducerStateManager`, SPEC 5.4): a duplicate is answered
@@ -79,6 +81,8 @@ class FakeCluster(FakeClusterAdmin, FakeReassignments, FakeConfigs):
         self.init_producer_id_errors: list[int] = []
         self.produce_delay = 0.0
         self.down: set[int] = set()
+        self.stalled: set[int] = set()  # read every request, answer none (a SIGSTOPped broker)
+        self.unseen: dict[tuple[int, str], int] = {}  # (node, topic): Metadata answers without it
         self.reassignments: dict[tuple[str, int], list[int]] = {}  # in progress: partition -> target
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
@@ -147,6 +151,8 @@ class FakeCluster(FakeClusterAdmin, FakeReassignments, FakeConfigs):
                 header, body = framing.decode_request(await reader.readexactly(length))
                 if node in self.down:
                     return
+                if node in self.stalled:
+                    continue
                 try:
                     key = ApiKey(header.api_key)
                     if key is ApiKey.API_VERSIONS:
@@ -189,6 +195,9 @@ class FakeCluster(FakeClusterAdmin, FakeReassignments, FakeConfigs):
         topics = []
         for name in names:
             parts = self.topics.get(name)
+            if self.unseen.get((node, name), 0) > 0:  # its UpdateMetadata has not arrived yet
+                self.unseen[node, name] -= 1
+                parts = None
             if parts is None:
                 topics.append(
                     {"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "topic": name, "partitions": []}
