@@ -254,8 +254,9 @@ TOPIC_ONLY_PROPERTIES = {
 }
 
 #: Broker configs AlterConfigs may change at run time, per broker or cluster-wide (KIP-226's
-#: dynamic broker configs: here the replication throttle rates only).
-DYNAMIC_BROKER_CONFIGS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+#: dynamic broker configs: here the replication throttle rates and the log dirs' free-space floor).
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+DYNAMIC_BROKER_CONFIGS = (*THROTTLE_RATES, "log.dir.min.free.bytes")
 
 
 def parse_properties(text: str) -> dict[str, str]:

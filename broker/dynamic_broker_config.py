@@ -1,5 +1,6 @@
 """Dynamic broker configs (Kafka's KIP-226 DynamicBrokerConfig and BrokerConfigHandler; here the
-replication throttle rates only: docs/design.md "Replication throttling").
+replication throttle rates, docs/design.md "Replication throttling", and the log dirs' free-space
+floor, "Disk space as a budget (issue 25)").
 
 AlterConfigs for a BROKER resource, at any broker: the name is a broker id (``/config/brokers/<id>``)
 or empty, the cluster-wide default (``/config/brokers/<default>``, kafka-configs.sh's
@@ -9,7 +10,7 @@ INVALID_CONFIG "Cannot update these configs dynamically"), each value checked as
 property it overrides. Then a ``brokers/<entity>`` notification in /config/changes, which every
 broker's :class:`~broker.dynamic_config.DynamicConfigManager` hands to :class:`BrokerConfigHandler`:
 the broker reads its own entity and the default and applies, per key, its own override, else the
-default, else server.properties, to the replication quota managers.
+default, else server.properties, to the replication quota managers and the disk space monitor.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from broker.config import BROKER_PROPERTIES, DYNAMIC_BROKER_CONFIGS, BrokerConfig, ConfigError
+from broker.log.disk_space import DiskSpaceMonitor
 from broker.replica.replication_quota import ReplicationQuotas
 from client.protocol.errors import ErrorCode, KafkaError
 from zk.bridge import ZkBridge
@@ -84,17 +86,27 @@ def effective(config: BrokerConfig, own: dict[str, str], default: dict[str, str]
 
 
 class BrokerConfigHandler:
-    """Kafka's BrokerConfigHandler: applies the dynamic rates to the replication quota managers."""
+    """Kafka's BrokerConfigHandler: applies the dynamic rates to the replication quota managers
+    and the free-space floor to the disk space monitor."""
 
-    def __init__(self, zk: ZkBridge, config: BrokerConfig, quotas: ReplicationQuotas) -> None:
+    def __init__(
+        self,
+        zk: ZkBridge,
+        config: BrokerConfig,
+        quotas: ReplicationQuotas,
+        disk_space: DiskSpaceMonitor | None = None,
+    ) -> None:
         self.zk = zk
         self.config = config
         self.quotas = quotas
+        self.disk_space = disk_space
 
     async def process_config_changes(self) -> dict[str, int]:
         own, default = await dynamic_overrides(self.zk, self.config.broker_id)
         values = effective(self.config, own, default)
         self.quotas.leader.update_quota(values["leader.replication.throttled.rate"])
         self.quotas.follower.update_quota(values["follower.replication.throttled.rate"])
-        log.info("replication throttle rates of broker %s: %s", self.config.broker_id, values)
+        if self.disk_space is not None:
+            self.disk_space.reconfigure(values["log.dir.min.free.bytes"])
+        log.info("dynamic broker configs of broker %s: %s", self.config.broker_id, values)
         return values

@@ -112,7 +112,9 @@ class BrokerServer:
             self.zk,
             TopicConfigHandler(self.replica_manager, cfg),
             self.time_ms,
-            broker_handler=BrokerConfigHandler(self.zk, cfg, self.replica_manager.quotas),
+            broker_handler=BrokerConfigHandler(
+                self.zk, cfg, self.replica_manager.quotas, self.replica_manager.disk_space
+            ),
         )
         await self.dynamic_config.startup()
         await self._start_socket_server()

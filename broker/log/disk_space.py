@@ -23,6 +23,9 @@ The rule, per log dir (:class:`LogDirSpace`, sans-IO: figures and times in, deci
 calls the injected ``statvfs`` (at most every ``refresh_ms`` from the broker's periodic job,
 plus the crossings above) and logs each transition. The replica manager asks it on the append
 path and the replica fetchers before each FETCH; ``/metrics`` reads its :meth:`snapshot`.
+``log.dir.min.free.bytes`` is also a dynamic broker config (KIP-226's way, as Redpanda's
+``storage_min_free_bytes`` is a live cluster property): :meth:`reconfigure` applies a new value
+at once.
 """
 
 from __future__ import annotations
@@ -235,6 +238,27 @@ class DiskSpaceMonitor:
 
     def snapshot(self) -> list[LogDirSpaceView]:
         return [space.view() for space in list(self._dirs.values())]
+
+    @property
+    def configured_floor(self) -> int:
+        """``log.dir.min.free.bytes`` in force (every dir has the same)."""
+        return next(iter(self._dirs.values())).configured_floor if self._dirs else 0
+
+    def reconfigure(self, configured_floor: int) -> list[Transition]:
+        """A new ``log.dir.min.free.bytes`` (a dynamic broker config): every dir is measured at
+        once against its new floor, so a lowered floor lets appends resume and a raised one stops
+        them without waiting for the periodic job."""
+        if configured_floor == self.configured_floor:
+            return []
+        log.info("log.dir.min.free.bytes is now %d (was %d)", configured_floor, self.configured_floor)
+        now = self.time_ms()
+        done = []
+        for space in self._dirs.values():
+            space.configured_floor = configured_floor
+            transition = self._measure(space, now)
+            if transition is not None:
+                done.append(transition)
+        return done
 
     def _measure(self, space: LogDirSpace, now_ms: int | None = None) -> Transition | None:
         now = self.time_ms() if now_ms is None else now_ms

@@ -8,6 +8,10 @@ NOT_ENOUGH_REPLICAS and every broker stays up (no ENOSPC, no halt), while reads,
 /metrics go on being served. Deleting the topic that filled the disks frees the space, and the
 brokers take writes again by themselves: a write the client kept retrying meanwhile completes,
 and nothing acknowledged is lost. Needs root and /dev/fuse; fails with the reason rather than skip.
+
+The floor is also a dynamic broker config: on an ordinary cluster, a cluster-wide floor above
+every dir's free space stops every leader's writes at once, one broker's own override beats it,
+and removing both brings writes back (no disk filled).
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from pathlib import Path
 import pytest
 
 from client.admin import AdminClient
+from client.cluster_admin import AlterConfigOp, AlterConfigOpType
 from client.producer import Producer
+from client.protocol.api import ConfigResourceType
 from client.protocol.errors import ErrorCode, KafkaError
+from client.types import ConfigResource
 from devcluster.cluster import LocalCluster
 from devcluster.disk import unavailable_reason
 from devcluster.ports import free_port_block
-from tests.integration.cluster_fixtures import TEST_SETTINGS, scrape_metrics
+from tests.integration.cluster_fixtures import TEST_SETTINGS, scrape_metrics, start_cluster
 from tests.integration.failover_helpers import (
     assert_replicas_identical,
     create_topic,
@@ -184,3 +191,80 @@ async def all_zero(counts: dict[int, float]) -> bool:
 
 async def full_isrs(cluster: LocalCluster) -> bool:
     return all(len(p.isr) == 3 for p in (await describe(cluster, "kept")).partitions)
+
+
+async def test_the_floor_is_a_dynamic_broker_config_per_broker_and_cluster_wide(tmp_path) -> None:
+    """``log.dir.min.free.bytes`` changed at run time (KIP-226's dynamic broker configs; Redpanda's
+    ``storage_min_free_bytes`` is a live cluster property too), on an ordinary cluster whose disks
+    are far from full: a cluster-wide floor above every dir's free space stops every leader's
+    writes at once; one broker's own override of 0 beats the default and that broker takes writes
+    again while the others still refuse; removing both overrides brings every broker back to its
+    server.properties value (here no floor), and writes resume. A bad value is refused with the
+    key's name and changes nothing."""
+    cluster = start_cluster(tmp_path / "cluster", overrides={"log.dir.min.free.bytes": "0"})
+    try:
+        await create_topic(cluster, "t", PARTITIONS, 3)
+        leaders = {p.partition: p.leader for p in (await describe(cluster, "t")).partitions}
+        assert sorted(leaders.values()) == [1, 2, 3], leaders  # each broker leads one partition
+        default, own = (
+            ConfigResource(ConfigResourceType.BROKER, ""),
+            ConfigResource(ConfigResourceType.BROKER, "1"),
+        )
+        async with AdminClient(cluster.bootstrap_servers) as admin:
+            with pytest.raises(KafkaError) as refused:
+                await admin.incremental_alter_configs(
+                    {default: [AlterConfigOp("log.dir.min.free.bytes", "-2")]}
+                )
+            assert refused.value.code == ErrorCode.INVALID_CONFIG and "log.dir.min.free.bytes" in str(
+                refused.value
+            )
+            assert await writes_refused(cluster, leaders) == set()
+
+            await admin.incremental_alter_configs(
+                {default: [AlterConfigOp("log.dir.min.free.bytes", str(HUGE))]}
+            )
+            await eventually(
+                lambda: writes_refused_by(cluster, leaders, {1, 2, 3}), "every leader refusing", 15
+            )
+            assert below_counts(cluster) == {1: 1.0, 2: 1.0, 3: 1.0}
+            assert {b: floors(cluster, b) for b in (1, 2, 3)} == {b: {HUGE} for b in (1, 2, 3)}
+
+            await admin.incremental_alter_configs({own: [AlterConfigOp("log.dir.min.free.bytes", "0")]})
+            await eventually(
+                lambda: writes_refused_by(cluster, leaders, {2, 3}), "broker 1 writing again", 15
+            )
+            assert floors(cluster, 1) == {0.0}
+
+            delete = AlterConfigOp("log.dir.min.free.bytes", op_type=AlterConfigOpType.DELETE)
+            await admin.incremental_alter_configs({default: [delete]})
+            await admin.incremental_alter_configs({own: [delete]})
+            await eventually(lambda: writes_refused_by(cluster, leaders, set()), "every leader writing", 15)
+            assert await all_zero(below_counts(cluster))
+        for b in (1, 2, 3):
+            out = broker_out(cluster, b)
+            assert "log.dir.min.free.bytes is now" in out and BELOW_LINE in out and RECOVERED_LINE in out, b
+    finally:
+        cluster.down(timeout=20)
+
+
+HUGE = 1 << 60  # more than any filesystem here holds
+
+
+async def writes_refused(cluster: LocalCluster, leaders: dict[int, int]) -> set[int]:
+    """The brokers whose partition refused one acks=1 write for space (any other failure fails)."""
+    out = set()
+    for partition, leader in leaders.items():
+        _, failed = await produce_outcomes(cluster, "t", [b"w"], acks="1", partition=partition, retries=0)
+        for _, exc in failed:
+            assert refused_for_space(exc), exc
+            out.add(leader)
+    return out
+
+
+async def writes_refused_by(cluster: LocalCluster, leaders: dict[int, int], brokers: set[int]) -> bool:
+    return await writes_refused(cluster, leaders) == brokers
+
+
+def floors(cluster: LocalCluster, broker: int) -> set[float]:
+    metrics = scrape_metrics(cluster.state.metrics_address(broker))
+    return {v for k, v in metrics.items() if k.startswith("kafka_log_logmanager_logdirectoryminfreebytes")}

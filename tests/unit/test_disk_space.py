@@ -179,6 +179,29 @@ def test_an_unmeasurable_dir_has_no_floor_and_a_dir_not_known_is_never_below(cap
     assert monitor.admit(Path("/elsewhere"), MiB) and not monitor.below_floor(Path("/elsewhere"))
 
 
+def test_a_new_floor_at_run_time_measures_every_dir_at_once(caplog):
+    """``log.dir.min.free.bytes`` as a dynamic broker config: a raised floor refuses the next
+    append without waiting for the periodic job; a lowered one admits it; the same value again
+    measures nothing."""
+    fs, clock = FakeStatvfs(100 * MiB, 30 * MiB), Clock()
+    monitor = DiskSpaceMonitor([DIR, Path("/data/other")], 0, clock, fs, refresh_ms=60_000)
+    assert monitor.admit(DIR, MiB) and monitor.configured_floor == 0
+    with caplog.at_level(logging.INFO, logger="broker.log.disk_space"):
+        went = monitor.reconfigure(40 * MiB)
+        assert [(t.log_dir, t.below, t.floor) for t in went] == [
+            (DIR, True, 40 * MiB),
+            (Path("/data/other"), True, 40 * MiB),
+        ]
+        assert "log.dir.min.free.bytes is now 41943040 (was 0)" in caplog.text
+    assert not monitor.admit(DIR, MiB) and monitor.below_floor(Path("/data/other"))
+    assert [v.floor for v in monitor.snapshot()] == [40 * MiB, 40 * MiB]
+    calls = fs.calls
+    assert monitor.reconfigure(40 * MiB) == [] and fs.calls == calls
+    back = monitor.reconfigure(-1)  # the default: 1% of 100 MiB is under 16 MiB, so none
+    assert [t.below for t in back] == [False, False] and monitor.admit(DIR, MiB)
+    assert [v.floor for v in monitor.snapshot()] == [0, 0]
+
+
 def test_the_metrics_show_each_dir_against_its_floor():
     fs = FakeStatvfs(100 * MiB, 5 * MiB)
     monitor = DiskSpaceMonitor([DIR], 20 * MiB, Clock(), fs)

@@ -1,6 +1,7 @@
 """Dynamic broker configs (KIP-226; broker/dynamic_broker_config.py) and the replication
 throttles' topic configs: AlterConfigs of a BROKER id or of the cluster-wide default writes its
-znode then a ``brokers/<entity>`` notification, only the throttle rates may change, DescribeConfigs
+znode then a ``brokers/<entity>`` notification, only the throttle rates and the free-space floor
+may change, DescribeConfigs
 shows each rate's sources in Kafka's precedence, the broker handler applies own over default
 over static, and the throttled-replica lists are validated as Kafka's validator does. On the
 same in-memory ZooKeeper as tests/unit/test_topic_configs.py."""
@@ -8,6 +9,8 @@ same in-memory ZooKeeper as tests/unit/test_topic_configs.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -76,6 +79,33 @@ async def test_the_broker_handler_applies_own_then_default_then_static_rates() -
     await alter_configs(zk, alter_body("1", {"follower.replication.throttled.rate": "9"}, kind=BROKER))
     await handler.process_config_changes()
     assert (quotas.leader.bound, quotas.follower.bound) == (500, 9)
+
+
+async def test_the_broker_handler_applies_the_free_space_floor_own_then_default_then_static() -> None:
+    """``log.dir.min.free.bytes`` is dynamic too (docs/design.md "Disk space as a budget"): the
+    handler hands the effective value to the disk space monitor, which measures at once."""
+    from broker.dynamic_broker_config import BrokerConfigHandler
+    from broker.log.disk_space import DiskSpaceMonitor
+
+    mib = 1 << 20
+    fs = SimpleNamespace(f_frsize=1, f_blocks=100 * mib, f_bavail=30 * mib)
+    monitor = DiskSpaceMonitor([Path("/data")], 0, lambda: 0, lambda _: fs)
+    zk = zk_with_topic("t")
+    quotas = ReplicationQuotas.create(11, 1000, UNBOUNDED, UNBOUNDED)
+    key = "log.dir.min.free.bytes"
+    handler = BrokerConfigHandler(zk, broker_config(**{key: "0"}), quotas, monitor)
+    assert (await handler.process_config_changes())[key] == 0 and not monitor.below_floor(Path("/data"))
+    (bad,) = (await alter_configs(zk, alter_body("", {key: "-2"}, kind=BROKER)))["responses"]
+    assert bad["error_code"] == ErrorCode.INVALID_CONFIG and key in bad["error_message"]
+    await alter_configs(zk, alter_body("", {key: str(40 * mib)}, kind=BROKER))
+    await handler.process_config_changes()
+    assert monitor.below_floor(Path("/data")) and monitor.snapshot()[0].floor == 40 * mib
+    await alter_configs(zk, alter_body("1", {key: str(20 * mib)}, kind=BROKER))
+    await handler.process_config_changes()
+    assert not monitor.below_floor(Path("/data")) and monitor.snapshot()[0].floor == 20 * mib
+    await alter_configs(zk, alter_body("1", {}, kind=BROKER))
+    await alter_configs(zk, alter_body("", {}, kind=BROKER))
+    assert (await handler.process_config_changes())[key] == 0 and monitor.snapshot()[0].floor == 0
 
 
 def test_throttled_replicas_configs_are_validated_and_marked_for_this_broker() -> None:
