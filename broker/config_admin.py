@@ -38,7 +38,7 @@ from client.protocol.api import ConfigResourceType, ConfigSource
 from client.protocol.errors import ErrorCode, KafkaError
 from controller.topic_admin import validate_topic_name
 from zk.bridge import ZkBridge
-from zk.client import change_topic_config, get_topic_config, topic_exists
+from zk.client import ConfigChanged, change_topic_config, get_topic_config, topic_exists
 
 log = logging.getLogger(__name__)
 
@@ -249,29 +249,37 @@ async def describe_configs(zk: ZkBridge, config: BrokerConfig, body: dict) -> di
 
 
 async def alter_configs(zk: ZkBridge, body: dict) -> dict:
-    """The AlterConfigs response for a validated request body (topics only)."""
-    responses = []
-    for resource in body["resources"]:
-        try:
-            await _alter(zk, resource, body["validate_only"])
-        except KafkaError as exc:
-            responses.append(_result(resource, exc))
-        except Exception as exc:
-            log.exception("Error processing alter configs request for resource %s", resource)
-            responses.append(_result(resource, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
-        else:
-            responses.append(_result(resource, None))
+    """The AlterConfigs response for a validated request body."""
+    responses = [await alter_resource(zk, r, body["validate_only"]) for r in body["resources"]]
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-async def _alter(zk: ZkBridge, resource: dict, validate_only: bool) -> None:
+async def alter_resource(
+    zk: ZkBridge, resource: dict, validate_only: bool, version: int | None = None
+) -> dict:
+    """One resource's AlterConfigs answer. With ``version`` (IncrementalAlterConfigs), the
+    overrides are written only if their znode is still at that version: a refused write raises
+    :class:`~zk.client.ConfigChanged`, for the caller to read and apply again."""
+    try:
+        await _alter(zk, resource, validate_only, version)
+    except ConfigChanged:
+        raise
+    except KafkaError as exc:
+        return _result(resource, exc)
+    except Exception as exc:
+        log.exception("Error processing alter configs request for resource %s", resource)
+        return _result(resource, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)))
+    return _result(resource, None)
+
+
+async def _alter(zk: ZkBridge, resource: dict, validate_only: bool, version: int | None) -> None:
     kind, name = resource["resource_type"], resource["resource_name"]
     nulls = [c["name"] for c in resource["configs"] if c["value"] is None]
     if nulls:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")
     if kind == ConfigResourceType.BROKER:
         configs = {c["name"]: c["value"] for c in resource["configs"]}
-        await dynamic_broker_config.alter_broker_configs(zk, name, configs, validate_only)
+        await dynamic_broker_config.alter_broker_configs(zk, name, configs, validate_only, version)
         return
     if kind != ConfigResourceType.TOPIC:
         raise KafkaError(
@@ -286,5 +294,5 @@ async def _alter(zk: ZkBridge, resource: dict, validate_only: bool) -> None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if validate_only:
         return
-    await change_topic_config(zk, name, configs)
+    await change_topic_config(zk, name, configs, version)
     log.info("Updated the config overrides of topic %s: %s", name, configs)

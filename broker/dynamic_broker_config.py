@@ -56,12 +56,16 @@ def validate_dynamic_broker_configs(configs: dict[str, str]) -> dict[str, int]:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-async def alter_broker_configs(zk: ZkBridge, name: str, configs: dict[str, str], validate_only: bool) -> None:
+async def alter_broker_configs(
+    zk: ZkBridge, name: str, configs: dict[str, str], validate_only: bool, version: int | None = None
+) -> None:
+    """Validate and write a broker entity's dynamic configs (with ``version``: only if its znode
+    is still at that version, else :class:`~zk.client.ConfigChanged`)."""
     entity = broker_entity(name)
     validate_dynamic_broker_configs(configs)
     if validate_only:
         return
-    await change_broker_config(zk, entity, configs)
+    await change_broker_config(zk, entity, configs, version)
     log.info("Updated the dynamic configs of broker entity %s: %s", entity, configs)
 
 

@@ -17,8 +17,14 @@ config that is not a list (Kafka 3.x; :mod:`broker.config_kinds` says which are)
 
 Refused before anything is read, with INVALID_REQUEST: a resource listed twice (both copies), a
 config named twice in one resource, a null value for any operation but DELETE, an unknown
-operation, a resource type other than TOPIC and BROKER. As in Kafka, the read and the write are
-not one transaction: two alters of one resource at once may lose one's change.
+operation, a resource type other than TOPIC and BROKER.
+
+Unlike ZooKeeper-era Kafka, two alters of one resource at once do not lose one's change: the
+write is conditional on the version of the overrides' znode read (a create when there was none),
+and a write refused because the znode changed meanwhile reads it again and applies the
+operations again, up to ``MAX_ATTEMPTS`` times (docs/design.md "Incremental changes without lost
+updates"). The operations are idempotent, so a write the ZooKeeper bridge resent after a drop
+that had landed the first time is applied again harmlessly.
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ from client.protocol.api import ConfigResourceType
 from client.protocol.errors import ErrorCode, KafkaError
 from controller.topic_admin import validate_topic_name
 from zk.bridge import ZkBridge
-from zk.client import get_broker_config, get_topic_config
+from zk.client import ConfigChanged, get_broker_config_versioned, get_topic_config_versioned
 
 log = logging.getLogger(__name__)
+
+#: Reads and conditional writes of one resource before its alteration fails as contended.
+MAX_ATTEMPTS = 10
 
 
 def _items(value: str) -> list[str]:
@@ -99,20 +108,21 @@ def apply_operations(
     return updated
 
 
-async def _altered_resource(zk: ZkBridge, config: BrokerConfig, resource: dict) -> dict:
-    """The AlterConfigs resource (every override, as it would be) for one incremental resource."""
+async def _altered_resource(zk: ZkBridge, config: BrokerConfig, resource: dict) -> tuple[dict, int]:
+    """The AlterConfigs resource (every override, as it would be) for one incremental resource,
+    and the version of the overrides' znode it was computed from."""
     check_operations(resource["configs"])
     kind, name = resource["resource_type"], resource["resource_name"]
     if kind == ConfigResourceType.TOPIC:
         validate_topic_name(name)
-        overrides = await get_topic_config(zk, name)
+        overrides, version = await get_topic_config_versioned(zk, name)
         defaults = config.topic_defaults()
 
         def value_now(key: str) -> str:
             return config_admin.format_value(defaults[key]) if key in defaults else ""
 
     elif kind == ConfigResourceType.BROKER:
-        overrides = await get_broker_config(zk, broker_entity(name))
+        overrides, version = await get_broker_config_versioned(zk, broker_entity(name))
 
         def value_now(key: str) -> str:
             return config_admin.format_value(config[key])
@@ -123,11 +133,28 @@ async def _altered_resource(zk: ZkBridge, config: BrokerConfig, resource: dict) 
             f"IncrementalAlterConfigs is only supported for topics and brokers, but resource type is {kind}",
         )
     updated = apply_operations(overrides, resource["configs"], lambda key: config_prop(kind, key), value_now)
-    return {
+    altered = {
         "resource_type": kind,
         "resource_name": name,
         "configs": [{"name": key, "value": value} for key, value in updated.items()],
     }
+    return altered, version
+
+
+async def _alter_incrementally(
+    zk: ZkBridge, config: BrokerConfig, resource: dict, validate_only: bool
+) -> dict:
+    """Read, apply, write only if nothing changed meanwhile; else read and apply again."""
+    for _ in range(MAX_ATTEMPTS):
+        altered, version = await _altered_resource(zk, config, resource)
+        try:
+            return await config_admin.alter_resource(zk, altered, validate_only, version)
+        except ConfigChanged as exc:
+            log.info("%s: applying the incremental changes again", exc)
+    raise KafkaError(
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        f"the configs of {resource['resource_name']!r} changed {MAX_ATTEMPTS} times while being altered",
+    )
 
 
 def _refusal(resource: dict, error: KafkaError) -> dict:
@@ -144,24 +171,15 @@ async def incremental_alter_configs(zk: ZkBridge, config: BrokerConfig, body: di
     resource in the request's order."""
     resources = body["resources"]
     counts = Counter((r["resource_type"], r["resource_name"]) for r in resources)
-    refused: dict[int, KafkaError] = {}
-    altered: list[dict] = []
-    for i, resource in enumerate(resources):
+    responses = []
+    for resource in resources:
         try:
             if counts[(resource["resource_type"], resource["resource_name"])] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-            altered.append(await _altered_resource(zk, config, resource))
+            responses.append(await _alter_incrementally(zk, config, resource, body["validate_only"]))
         except KafkaError as exc:
-            refused[i] = exc
+            responses.append(_refusal(resource, exc))
         except Exception as exc:  # ZooKeeper unreachable: this resource fails, the others go on
             log.exception("Error processing incremental alter configs request for resource %s", resource)
-            refused[i] = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-    answers = iter(
-        (
-            await config_admin.alter_configs(
-                zk, {"resources": altered, "validate_only": body["validate_only"]}
-            )
-        )["responses"]
-    )
-    responses = [_refusal(r, refused[i]) if i in refused else next(answers) for i, r in enumerate(resources)]
+            responses.append(_refusal(resource, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))))
     return {"throttle_time_ms": 0, "responses": responses}

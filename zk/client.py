@@ -114,28 +114,77 @@ async def get_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, list[int]]
     return None if got is None else decode_topic_assignment(got[0])
 
 
+#: The version of an entity config znode that does not exist (an expected version for
+#: :func:`change_topic_config` and :func:`change_broker_config`: create it, only if still absent).
+ABSENT = -1
+
+
+class ConfigChanged(Exception):
+    """An entity config znode changed after the caller read it (a conditional write refused)."""
+
+
 async def get_topic_config(zk: ZkBridge, topic: str) -> dict[str, str]:
-    got = await zk.get(config_topic_path(topic))
-    return {} if got is None else decode_topic_config(got[0])
+    return (await get_topic_config_versioned(zk, topic))[0]
 
 
-async def set_topic_config(zk: ZkBridge, topic: str, config: dict[str, str]) -> None:
+async def get_topic_config_versioned(zk: ZkBridge, topic: str) -> tuple[dict[str, str], int]:
+    """The topic's overrides and their znode's version (:data:`ABSENT` when there is none)."""
+    return await _get_entity_config(zk, config_topic_path(topic))
+
+
+async def set_topic_config(
+    zk: ZkBridge, topic: str, config: dict[str, str], version: int | None = None
+) -> None:
     """Write /config/topics/<t> {"version":1,"config":{...}} whatever it held, creating it when
-    absent (Kafka's KafkaZkClient.setOrCreateEntityConfigs)."""
-    await _set_or_create(zk, config_topic_path(topic), encode_topic_config(config))
+    absent (Kafka's KafkaZkClient.setOrCreateEntityConfigs); with ``version``, only if the znode
+    is still at that version (:func:`_write_if_unchanged`)."""
+    await _write_entity_config(zk, config_topic_path(topic), encode_topic_config(config), version)
 
 
 async def get_broker_config(zk: ZkBridge, entity: str) -> dict[str, str]:
     """/config/brokers/<id> or /config/brokers/<default> (KIP-226's dynamic broker configs)."""
-    got = await zk.get(config_broker_path(entity))
-    return {} if got is None else decode_topic_config(got[0])
+    return (await get_broker_config_versioned(zk, entity))[0]
 
 
-async def change_broker_config(zk: ZkBridge, entity: str, config: dict[str, str]) -> None:
+async def get_broker_config_versioned(zk: ZkBridge, entity: str) -> tuple[dict[str, str], int]:
+    return await _get_entity_config(zk, config_broker_path(entity))
+
+
+async def change_broker_config(
+    zk: ZkBridge, entity: str, config: dict[str, str], version: int | None = None
+) -> None:
     """Replace a broker entity's dynamic configs and tell the brokers (Kafka's
-    AdminZkClient.changeBrokerConfig: the znode, then ``brokers/<entity>`` in /config/changes)."""
-    await _set_or_create(zk, config_broker_path(entity), encode_topic_config(config))
+    AdminZkClient.changeBrokerConfig: the znode, then ``brokers/<entity>`` in /config/changes);
+    with ``version``, only if the znode is still at that version."""
+    await _write_entity_config(zk, config_broker_path(entity), encode_topic_config(config), version)
     await create_config_change_notification(zk, f"brokers/{entity}")
+
+
+async def _get_entity_config(zk: ZkBridge, path: str) -> tuple[dict[str, str], int]:
+    got = await zk.get(path)
+    return ({}, ABSENT) if got is None else (decode_topic_config(got[0]), got[1].version)
+
+
+async def _write_entity_config(zk: ZkBridge, path: str, data: bytes, version: int | None) -> None:
+    if version is None:
+        await _set_or_create(zk, path, data)
+    else:
+        await _write_if_unchanged(zk, path, data, version)
+
+
+async def _write_if_unchanged(zk: ZkBridge, path: str, data: bytes, version: int) -> None:
+    """Set ``path`` if it is still at ``version``, or create it if it is still :data:`ABSENT`;
+    else :class:`ConfigChanged`, for the caller to read it again (docs/design.md "Incremental
+    changes without lost updates"). A write the bridge resent after a drop that had landed the
+    first time also ends here (BadVersion, NodeExists): the caller re-reads, finds its own
+    change, and writes it again, which changes nothing."""
+    try:
+        if version == ABSENT:
+            await zk.create(path, data, makepath=True)
+        else:
+            await zk.set(path, data, version)
+    except (BadVersionError, NoNodeError, NodeExistsError) as exc:
+        raise ConfigChanged(f"{path} changed since it was read ({type(exc).__name__})") from None
 
 
 async def _set_or_create(zk: ZkBridge, path: str, data: bytes) -> None:
@@ -166,11 +215,14 @@ async def create_config_change_notification(zk: ZkBridge, entity_path: str) -> s
         return await zk.create(path, data, sequence=True)
 
 
-async def change_topic_config(zk: ZkBridge, topic: str, config: dict[str, str]) -> None:
+async def change_topic_config(
+    zk: ZkBridge, topic: str, config: dict[str, str], version: int | None = None
+) -> None:
     """Replace the topic's overrides and tell the brokers (Kafka's AdminZkClient.changeTopicConfig:
     the config znode first, then the notification, so a broker that reads the notification reads
-    the new config). Validation is the caller's."""
-    await set_topic_config(zk, topic, config)
+    the new config). Validation is the caller's. With ``version``, only if the znode is still at
+    that version (else :class:`ConfigChanged`)."""
+    await set_topic_config(zk, topic, config, version)
     await create_config_change_notification(zk, f"topics/{topic}")
 
 
