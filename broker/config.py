@@ -24,15 +24,14 @@ from broker.controlled_shutdown import ControlledShutdownSettings
 from broker.coordinator.coordinator_config import GROUP_COORDINATOR_PROPERTIES, GroupConfig
 from broker.listener_config import (
     check_unique,
+    connection_limits,
     parse_listeners,
-    parse_per_ip_overrides,
     parse_protocol_map,
     parse_wire_protocol_map,
 )
 from broker.log import LogConfig
 from broker.log.cleaner_config import CLEANUP_POLICY_PROPERTY, LOG_CLEANER_PROPERTIES, CleanerConfig
 from broker.network import Listener, NetworkConfig
-from broker.network.quotas import derived_connection_limits
 from broker.replica.replication_quota import parse_throttled_replicas
 from controller.controller import ControllerConfig
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
@@ -253,11 +252,6 @@ TOPIC_ONLY_PROPERTIES = {
     ),
 }
 
-#: Broker configs AlterConfigs may change at run time, per broker or cluster-wide (KIP-226's
-#: dynamic broker configs: here the replication throttle rates and the log dirs' free-space floor).
-THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-DYNAMIC_BROKER_CONFIGS = (*THROTTLE_RATES, "log.dir.min.free.bytes")
-
 
 def parse_properties(text: str) -> dict[str, str]:
     """Java .properties subset: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
@@ -420,11 +414,12 @@ class BrokerConfig:
             file_budget = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             if file_budget == resource.RLIM_INFINITY:
                 file_budget = INT_MAX
-        derived_max, derived_per_ip = derived_connection_limits(file_budget)
-        max_connections = self["max.connections"]
-        max_connections = derived_max if max_connections < 0 else max_connections
-        per_ip = self["max.connections.per.ip"]
-        per_ip = max(1, max_connections // 2) if per_ip < 0 else per_ip
+        max_connections, per_ip, per_ip_overrides = connection_limits(
+            self["max.connections"],
+            self["max.connections.per.ip"],
+            self["max.connections.per.ip.overrides"],
+            file_budget,
+        )
         pool_bytes = self["queued.max.request.bytes"]
         if pool_bytes == 0:
             raise ConfigError(
@@ -438,7 +433,7 @@ class BrokerConfig:
             socket_request_max_bytes=self["socket.request.max.bytes"],
             max_connections=max_connections,
             max_connections_per_ip=per_ip,
-            max_connections_per_ip_overrides=parse_per_ip_overrides(self["max.connections.per.ip.overrides"]),
+            max_connections_per_ip_overrides=per_ip_overrides,
             connections_max_idle_ms=self["connections.max.idle.ms"],
             queued_max_request_bytes=None if pool_bytes < 0 else pool_bytes,
             inter_broker_listener=self.inter_broker_listener_name,

@@ -27,13 +27,13 @@ from typing import Any
 from broker import dynamic_broker_config
 from broker.config import (
     BROKER_PROPERTIES,
-    DYNAMIC_BROKER_CONFIGS,
     TOPIC_ONLY_PROPERTIES,
     TOPIC_TO_BROKER,
     BrokerConfig,
     ConfigError,
     validate_topic_configs,
 )
+from broker.dynamic_broker_config import DYNAMIC_BROKER_CONFIGS
 from client.protocol.api import ConfigResourceType, ConfigSource
 from client.protocol.errors import ErrorCode, KafkaError
 from controller.topic_admin import validate_topic_name

@@ -157,6 +157,12 @@ class DynamicConfigManager:
         if names:
             self._wake.set()  # purge what has expired
 
+    async def process_broker_changes(self) -> None:
+        """Apply the dynamic broker configs again (the server calls it once its socket server
+        runs: the connection limits have something to apply to from then on)."""
+        if self.broker_handler is not None:
+            await self.broker_handler.process_config_changes()
+
     def _on_watch(self, event: WatchedEvent) -> None:
         # a child change, or the watch dropped with the connection: list again, re-registering it
         self._wake.set()

@@ -11,8 +11,22 @@ import socket
 from collections.abc import Iterable, Mapping
 
 from broker.config_error import ConfigError
+from broker.network.quotas import derived_connection_limits
 from broker.network.wire_codec import FLOODMARK, WIRE_PROTOCOLS
 from zk.data import PLAINTEXT, SECURITY_PROTOCOLS, EndPoint
+
+
+def connection_limits(
+    max_connections: int, per_ip: int, overrides: str, open_files_limit: int
+) -> tuple[int, int, tuple[tuple[str, int], ...]]:
+    """``(max.connections, max.connections.per.ip, the overrides by address)`` in force: a limit
+    left at -1 is derived from ``open_files_limit`` (:func:`~broker.network.quotas.derived_connection_limits`),
+    ``max.connections.per.ip`` -1 is half of ``max.connections``. At start and for each dynamic
+    change (broker/dynamic_broker_config.py)."""
+    derived_max, _ = derived_connection_limits(open_files_limit)
+    max_connections = derived_max if max_connections < 0 else max_connections
+    per_ip = max(1, max_connections // 2) if per_ip < 0 else per_ip
+    return max_connections, per_ip, parse_per_ip_overrides(overrides)
 
 
 def parse_per_ip_overrides(value: str) -> tuple[tuple[str, int], ...]:

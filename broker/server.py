@@ -85,6 +85,7 @@ class BrokerServer:
         self.bound_ports: dict[str, int] = {}
         #: published in /brokers/ids/<id> (broker/file_budget.py); taken at start-up
         self.file_budget: FileBudget | None = None
+        self.socket_server: SocketServer | None = None  # the Reactor pipeline, once started
 
     # -- start-up ----------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -113,11 +114,16 @@ class BrokerServer:
             TopicConfigHandler(self.replica_manager, cfg),
             self.time_ms,
             broker_handler=BrokerConfigHandler(
-                self.zk, cfg, self.replica_manager.quotas, self.replica_manager.disk_space
+                self.zk,
+                cfg,
+                self.replica_manager.quotas,
+                self.replica_manager.disk_space,
+                lambda: self.socket_server.quotas if self.socket_server is not None else None,
             ),
         )
         await self.dynamic_config.startup()
         await self._start_socket_server()
+        await self.dynamic_config.process_broker_changes()  # the connection limits, now it runs
         await self._register()
         await self.controller.startup()
         self._start_periodic_tasks()

@@ -66,6 +66,22 @@ class ConnectionQuotas:
     by_listener: dict[str, int] = field(default_factory=dict)
     by_address: dict[str, int] = field(default_factory=dict)
 
+    def update(
+        self, max_connections: int, max_connections_per_ip: int, per_ip_overrides: Mapping[str, int]
+    ) -> None:
+        """New limits (dynamic broker configs, KIP-402's reconfigurable connection quotas): they
+        apply to the next connection; connections already admitted stay, as in Kafka."""
+        limits = (max_connections, max_connections_per_ip, dict(per_ip_overrides))
+        if limits == (self.max_connections, self.max_connections_per_ip, dict(self.per_ip_overrides)):
+            return
+        self.max_connections, self.max_connections_per_ip, self.per_ip_overrides = limits
+        log.info(
+            "connection limits now max.connections=%d, max.connections.per.ip=%d, overrides %s",
+            max_connections,
+            max_connections_per_ip,
+            dict(per_ip_overrides) or "none",
+        )
+
     def _protected(self, listener: str) -> bool:
         return self.listener_count > 1 and listener == self.protected_listener
 

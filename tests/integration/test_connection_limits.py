@@ -10,6 +10,9 @@ Item 9: 20 clients each send a frame header claiming just under 100 MiB, then 90
 stall. With the default ``queued.max.request.bytes`` (200 MiB) the broker's resident memory stays
 under its baseline + 200 MiB + 64 MiB at every sample (it reached 1.88 GB before), and produce and
 fetch from another client go on meanwhile.
+
+The connection limits are dynamic broker configs (KIP-402): an override set at run time applies to
+the next connections without a restart, and deleting it brings the derived limit back.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ import pytest
 
 from broker.network.quotas import derived_connection_limits
 from client.admin import AdminClient
+from client.cluster_admin import AlterConfigOp, AlterConfigOpType
 from client.consumer import Consumer
 from client.producer import Producer
-from client.types import TopicPartition
+from client.protocol.api import ConfigResourceType
+from client.protocol.errors import ErrorCode, KafkaError
+from client.types import ConfigResource, TopicPartition
 from devcluster.cluster import LocalCluster
 from devcluster.ports import free_port, free_port_block
 from tests.integration.cluster_fixtures import TEST_SETTINGS
+from tests.integration.failover_helpers import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -230,3 +237,52 @@ async def test_stalled_partial_frames_leave_memory_bounded_and_others_served(bro
     assert sum(sent for _, sent in clients) < 20 * send  # the pool held most of them back
     for sock, _ in clients:
         sock.close()
+
+
+def closed_of(host: str, port: int, count: int, wait_s: float = 1.0) -> int:
+    """Open ``count`` idle connections from 127.0.0.2; how many the broker closed within ``wait_s``
+    (a refused connection is closed at once, an admitted idle one stays open)."""
+    socks = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.2", 0))
+        sock.connect((host, port))
+        socks.append(sock)
+    poller = select.poll()
+    for sock in socks:
+        poller.register(sock.fileno(), select.POLLIN)
+    closed: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and len(closed) < count:
+        for fd, _ in poller.poll(100):
+            if fd not in closed:
+                closed.add(fd)
+                poller.unregister(fd)
+    for sock in socks:
+        sock.close()
+    return len(closed)
+
+
+async def test_the_connection_limits_are_dynamic_broker_configs(broker):
+    """KIP-402's reconfigurable connection quotas on a live broker: ``max.connections.per.ip.overrides``
+    set on the broker's own entity at run time limits 127.0.0.2 to 3 connections (the other 2 of 5
+    are closed at once and counted), with no restart; deleting it brings back the derived limit,
+    and 5 connections stay open. A malformed value is INVALID_CONFIG and changes nothing."""
+    host, port = broker.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    own = ConfigResource(ConfigResourceType.BROKER, "1")
+    key = "max.connections.per.ip.overrides"
+    async with AdminClient(broker.bootstrap_servers) as admin:
+        with pytest.raises(KafkaError) as refused:
+            await admin.incremental_alter_configs({own: [AlterConfigOp(key, "127.0.0.2")]})
+        assert refused.value.code == ErrorCode.INVALID_CONFIG and key in str(refused.value)
+        assert closed_of(host, int(port), 5) == 0
+        await admin.incremental_alter_configs({own: [AlterConfigOp(key, "127.0.0.2:3")]})
+        await eventually(lambda: is_closed(host, int(port), 2), "the override applied", 15)
+        await admin.incremental_alter_configs({own: [AlterConfigOp(key, op_type=AlterConfigOpType.DELETE)]})
+        await eventually(lambda: is_closed(host, int(port), 0), "the override removed", 15)
+    out = Path(broker.state.brokers[1].out).read_text()
+    assert "connection limits now" in out and "'127.0.0.2': 3" in out
+
+
+async def is_closed(host: str, port: int, expected: int) -> bool:
+    return closed_of(host, port, 5) == expected

@@ -34,6 +34,7 @@ import pytest
 
 from broker.config import BROKER_PROPERTIES, TOPIC_ONLY_PROPERTIES, TOPIC_TO_BROKER
 from broker.config_prop import INT_MAX, LONG_MAX, Prop
+from broker.dynamic_broker_config import DYNAMIC_BROKER_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"
@@ -108,7 +109,7 @@ MEANINGS: dict[str, str] = {
     "log.flush.start.offset.checkpoint.interval.ms": "How often `log-start-offset-checkpoint` is written.",
     "log.index.interval.bytes": "Bytes of log between two entries of the sparse offset and time indexes. Topic-level: `index.interval.bytes`.",
     "log.segment.open.files.max": "Most segment `.log` files the broker holds open at once, the active segments' included: a broker-wide LRU opens them on demand and closes the least recently used (floodmark's; Kafka keeps one descriptor per segment). Index files hold no descriptor. -1: everything the open-file limit leaves after its reserve (a quarter, at least 64); a larger value is capped there. docs/design.md \"Open files at scale (issue 25)\".",
-    "log.dir.min.free.bytes": "The free-space floor of each log dir (issue 25; Redpanda's `storage_min_free_bytes`, where Kafka halts on ENOSPC): below it, a leader refuses appends to the partitions the dir holds with NOT_ENOUGH_REPLICAS (retriable, nothing written; the `__consumer_offsets` partitions excepted) and a follower stops fetching them (the lag rules take it out of the ISR); both resume by themselves once at least the floor plus a tenth (at least 1 MiB) is usable again. Measured with statvfs at most every second, plus the bytes appended since. -1 (default): 1% of the dir's filesystem, at most 1 GiB, and none on a filesystem under 1.6 GiB (where that is under 16 MiB); 0: no floor (ENOSPC takes the dir offline, KIP-112). A dynamic broker config (KIP-226): per broker or cluster-wide with `floodmark configs --alter --entity-type brokers`, applied at once, every dir measured against the new floor. docs/design.md \"Disk space as a budget (issue 25)\".",
+    "log.dir.min.free.bytes": "The free-space floor of each log dir (issue 25; Redpanda's `storage_min_free_bytes`, where Kafka halts on ENOSPC): below it, a leader refuses appends to the partitions the dir holds with NOT_ENOUGH_REPLICAS (retriable, nothing written; the `__consumer_offsets` partitions excepted) and a follower stops fetching them (the lag rules take it out of the ISR); both resume by themselves once at least the floor plus a tenth (at least 1 MiB) is usable again. Measured with statvfs at most every second, plus the bytes appended since. -1 (default): 1% of the dir's filesystem, at most 1 GiB, and none on a filesystem under 1.6 GiB (where that is under 16 MiB); 0: no floor (ENOSPC takes the dir offline, KIP-112). Changed at run time, every dir is measured against the new floor at once. docs/design.md \"Disk space as a budget (issue 25)\".",
     "max.broker.partitions": "Most partition replicas one broker may hold (KIP-578; Kafka's default, Int.MaxValue, is no limit). Published in `/brokers/ids/<id>`: CreateTopics, CreatePartitions and partition reassignments that would take a broker past it are refused with POLICY_VIOLATION, naming the broker.",
     "log.index.size.max.bytes": "Largest size of a segment's offset or time index; a full index rolls the segment. Topic-level: `segment.index.bytes`.",
     "message.max.bytes": "Largest record batch the broker accepts (MESSAGE_TOO_LARGE above it). Topic-level: `max.message.bytes`.",
@@ -180,11 +181,19 @@ def meaning(prop: Prop) -> str:
     return MEANINGS.get(prop.name) or prop.doc
 
 
+#: What a dynamic broker config's row says after its meaning (KIP-226, broker/dynamic_broker_config.py).
+DYNAMIC_NOTE = (
+    " **Dynamic** (KIP-226): also set per broker or cluster-wide at run time, no restart "
+    "(`floodmark configs --alter --entity-type brokers`, Kafka's AlterConfigs)."
+)
+
+
 def broker_config_section() -> str:
     rows = ["| key | type | default | valid values | meaning |", "|---|---|---|---|---|"]
     for prop in BROKER_PROPERTIES.values():
+        text = meaning(prop) + (DYNAMIC_NOTE if prop.name in DYNAMIC_BROKER_CONFIGS else "")
         rows.append(
-            f"| `{prop.name}` | {prop.kind} | {fmt_default(prop)} | {fmt_valid(prop)} | {_cell(meaning(prop))} |"
+            f"| `{prop.name}` | {prop.kind} | {fmt_default(prop)} | {fmt_valid(prop)} | {_cell(text)} |"
         )
     return "\n".join(rows)
 

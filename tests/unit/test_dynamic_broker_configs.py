@@ -9,12 +9,14 @@ same in-memory ZooKeeper as tests/unit/test_topic_configs.py."""
 from __future__ import annotations
 
 import json
+import resource
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from broker.config_admin import alter_configs, describe_configs
+from broker.network.quotas import derived_connection_limits
 from broker.replica.replication_quota import UNBOUNDED, ReplicationQuotas
 from client.protocol.api import ApiKey, ConfigSource, validate_response
 from client.protocol.errors import ErrorCode
@@ -106,6 +108,46 @@ async def test_the_broker_handler_applies_the_free_space_floor_own_then_default_
     await alter_configs(zk, alter_body("1", {}, kind=BROKER))
     await alter_configs(zk, alter_body("", {}, kind=BROKER))
     assert (await handler.process_config_changes())[key] == 0 and monitor.snapshot()[0].floor == 0
+
+
+async def test_the_connection_limits_are_dynamic_and_minus_one_is_derived_again() -> None:
+    """KIP-402's reconfigurable connection quotas: the handler hands max.connections,
+    max.connections.per.ip and the overrides (own, default, static) to the socket server's quotas
+    once it runs; -1 is derived from the open-file limit in force; a malformed override list is
+    INVALID_CONFIG naming the key, and nothing is written."""
+    from broker.dynamic_broker_config import BrokerConfigHandler
+    from broker.network.quotas import ConnectionQuotas
+
+    zk = zk_with_topic("t")
+    quotas = ReplicationQuotas.create(11, 1000, UNBOUNDED, UNBOUNDED)
+    connections = ConnectionQuotas(100, 50)
+    running: list[ConnectionQuotas] = []
+    handler = BrokerConfigHandler(zk, broker_config(), quotas, None, lambda: running[0] if running else None)
+    await handler.process_config_changes()  # before the socket server runs: nothing to apply to
+    running.append(connections)
+    (bad,) = (
+        await alter_configs(
+            zk, alter_body("", {"max.connections.per.ip.overrides": "127.0.0.2"}, kind=BROKER)
+        )
+    )["responses"]
+    assert (
+        bad["error_code"] == ErrorCode.INVALID_CONFIG
+        and "max.connections.per.ip.overrides" in bad["error_message"]
+    )
+    assert zk.writes == []
+    limits = {"max.connections": "40", "max.connections.per.ip.overrides": "127.0.0.2:3"}
+    await alter_configs(zk, alter_body("", limits, kind=BROKER))
+    await alter_configs(zk, alter_body("1", {"max.connections.per.ip": "7"}, kind=BROKER))
+    await handler.process_config_changes()
+    assert (connections.max_connections, connections.max_connections_per_ip) == (40, 7)
+    assert dict(connections.per_ip_overrides) == {"127.0.0.2": 3}
+    await alter_configs(zk, alter_body("1", {}, kind=BROKER))
+    await alter_configs(zk, alter_body("", {}, kind=BROKER))
+    await handler.process_config_changes()
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    derived, derived_per_ip = derived_connection_limits(2**31 - 1 if soft == resource.RLIM_INFINITY else soft)
+    assert (connections.max_connections, connections.max_connections_per_ip) == (derived, derived_per_ip)
+    assert dict(connections.per_ip_overrides) == {}
 
 
 def test_throttled_replicas_configs_are_validated_and_marked_for_this_broker() -> None:

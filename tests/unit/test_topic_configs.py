@@ -190,6 +190,9 @@ async def test_describe_configs_answers_each_resource_with_its_own_error() -> No
         "follower.replication.throttled.rate",
         "leader.replication.throttled.rate",
         "log.dir.min.free.bytes",
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
     ]  # the dynamic broker configs (KIP-226); everything else needs a restart
     assert other["error_code"] == ErrorCode.INVALID_REQUEST and "expected 1" in other["error_message"]
     assert unknown["error_code"] == ErrorCode.INVALID_REQUEST and unknown["configs"] == []
