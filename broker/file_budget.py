@@ -120,37 +120,6 @@ def current_budget(
     return file_budget(limit, configured_segment_files, max_partitions)
 
 
-class BoundedFileCache(Protocol):
-    def resize(self, max_open: int, /) -> int: ...
-
-
-def follow_open_files_limit(
-    budget: FileBudget, resource: ResourceModule, cache: BoundedFileCache, configured_segment_files: int = -1
-) -> FileBudget:
-    """The budget under the soft limit in force now, when it changed at run time (``prlimit``,
-    an operator, the chaos ``fd-pressure`` fault): the segment file cache takes the new bound at
-    once, closing idle descriptors beyond it (they reopen on demand), so the reserve is kept
-    before anything meets EMFILE, and it grows back when the limit does. The broker checks every
-    second. The budget published in /brokers/ids stays the start-up one (the capacity
-    CreateTopics checks: ``max.broker.partitions``, and no file per replica, so the limit does not
-    change it). Returns ``budget`` itself when the limit is unchanged."""
-    now = current_budget(resource, configured_segment_files, budget.max_partitions)
-    if now.open_files_limit == budget.open_files_limit:
-        return budget
-    closed = cache.resize(now.segment_files)
-    log.warning(
-        "the open-file limit changed from %d to %d: reserve %d, segment file cache bound %d "
-        "(%d idle segment files closed; %s files open)",
-        budget.open_files_limit,
-        now.open_files_limit,
-        now.reserve,
-        now.segment_files,
-        closed,
-        open_files(),
-    )
-    return now
-
-
 def log_budget(budget: FileBudget, broker_id: int, hosted_replicas: int, open_segment_files: int) -> None:
     """Log the budget at start-up, with what the loaded logs already hold."""
     by_files = budget.max_replicas_by_files

@@ -29,7 +29,7 @@ from broker.controlled_shutdown import controlled_shutdown
 from broker.coordinator import group_offsets
 from broker.dynamic_broker_config import BrokerConfigHandler
 from broker.dynamic_config import DynamicConfigManager, TopicConfigHandler
-from broker.file_budget import current_budget, follow_open_files_limit, log_budget
+from broker.file_budget import current_budget, log_budget
 from broker.group_apis import build_group_apis
 from broker.kafka_protocol.codec import wire_codecs
 from broker.log import LogManager
@@ -371,12 +371,6 @@ class BrokerServer:
             return
 
     # -- periodic duties ----------------------------------------------------------------------------
-    def _follow_open_files_limit(self) -> None:
-        assert self.file_budget is not None
-        self.file_budget = follow_open_files_limit(
-            self.file_budget, resource, self.log_manager.file_cache, self.config["log.segment.open.files.max"]
-        )
-
     def _start_periodic_tasks(self) -> None:
         cfg = self.config
         schedule = [
@@ -398,7 +392,6 @@ class BrokerServer:
             ("log-retention", cfg["log.retention.check.interval.ms"], self.log_manager.cleanup_logs),
             ("kafka-delete-logs", 1000, self.log_manager.delete_doomed_logs),
             ("log-dir-free-space", REFRESH_INTERVAL_MS, self.replica_manager.disk_space.refresh),  # issue 25
-            ("open-files-limit", 1000, self._follow_open_files_limit),  # issue 25: prlimit at run time
             (
                 "producer-id-expiration",
                 cfg["producer.id.expiration.check.interval.ms"],

@@ -161,15 +161,6 @@ class SegmentFileCache:
                 del self._idle[handle]
                 self._close_fd(handle)
 
-    def resize(self, max_open: int) -> int:
-        """A new bound (the open-file limit changed at run time, broker/file_budget.py): idle
-        descriptors beyond it close now, pinned ones at their last unpin; returns how many closed."""
-        with self._lock:
-            self.max_open = max(1, max_open)
-            before = self._open
-            self._evict(self.max_open)
-            return before - self._open
-
     def close_idle(self) -> int:
         """Close every unpinned descriptor (they reopen on demand); returns how many."""
         with self._lock:

@@ -12,24 +12,16 @@ writes. The file budget's arithmetic says 10,000 replicas fit where 20,000 files
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
-from broker.file_budget import (
-    FILES_PER_REPLICA,
-    current_budget,
-    file_budget,
-    follow_open_files_limit,
-    segment_files_max,
-)
+from broker.file_budget import FILES_PER_REPLICA, current_budget, file_budget, segment_files_max
 from broker.log import Log, LogConfig, LogManager
-from broker.log.file_cache import SegmentFileCache
 from broker.log.index import OFFSET_ENTRY, TIME_ENTRY
 from broker.log.segment import LogSegment
 from client.protocol.records import build_batch, iter_batches
 from tests.unit.test_resource_errors import FakeResource
-from tests.unit.test_segment_file_cache import fds_under, files
+from tests.unit.test_segment_file_cache import fds_under
 
 
 class Clock:
@@ -236,40 +228,3 @@ def test_the_budget_reserves_a_quarter_and_gives_the_rest_to_the_segment_file_ca
         100,
         800,
     )
-
-
-def test_a_limit_changed_at_run_time_bounds_the_cache_at_once_and_gives_room_back(
-    tmp_path: Path, caplog
-) -> None:
-    """The soft limit lowered at run time (prlimit, the chaos fd-pressure fault): the broker's
-    every-second check recomputes the budget and the cache closes its idle descriptors beyond the
-    new bound at once, before a checkpoint or an accept meets EMFILE; pinned ones stay open under
-    their users; raised again, the bound grows back. Real descriptors, counted in /proc/self/fd."""
-    resource = FakeResource(512, 512)
-    budget = current_budget(resource)
-    cache = SegmentFileCache(budget.segment_files)
-    handles = [cache.handle(p) for p in files(tmp_path, 200)]
-    for handle in handles:
-        with handle.pinned():
-            pass
-    assert len(fds_under(tmp_path)) == 200
-    assert follow_open_files_limit(budget, resource, cache) is budget  # unchanged: nothing done
-    with handles[0].pinned():
-        resource.limits = (128, 512)  # 128 - a reserve of 64: a bound of 64
-        with caplog.at_level(logging.WARNING, logger="broker.file_budget"):
-            lowered = follow_open_files_limit(budget, resource, cache)
-        assert (lowered.open_files_limit, lowered.reserve, lowered.segment_files) == (128, 64, 64)
-        assert cache.stats.max_open == 64 and len(fds_under(tmp_path)) == 64
-        assert handles[0].fd >= 0, "a pinned descriptor is not closed under its user"
-        assert "the open-file limit changed from 512 to 128" in caplog.text and "136 idle" in caplog.text
-    for handle in handles:  # reopened on demand, never past the new bound
-        with handle.pinned():
-            pass
-    assert len(fds_under(tmp_path)) == 64
-    resource.limits = (512, 512)
-    raised = follow_open_files_limit(lowered, resource, cache)
-    assert raised.segment_files == 384 and cache.stats.max_open == 384
-    for handle in handles:
-        with handle.pinned():
-            pass
-    assert len(fds_under(tmp_path)) == 200
