@@ -106,8 +106,9 @@ def effective(config: BrokerConfig, own: dict[str, str], default: dict[str, str]
 
 
 class BrokerConfigHandler:
-    """Kafka's BrokerConfigHandler: applies the dynamic rates to the replication quota managers
-    and the free-space floor to the disk space monitor."""
+    """Kafka's BrokerConfigHandler: applies the dynamic rates to the replication quota managers,
+    the free-space floor to the disk space monitor and the connection limits to the socket
+    server's quotas."""
 
     def __init__(
         self,

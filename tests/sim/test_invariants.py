@@ -154,8 +154,8 @@ CASES: dict[str, tuple[Plant, list[int]]] = {
     HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [3]),
     LEADER_EPOCHS: (elections_lower_the_leader_epoch, [0]),
     ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [1]),
-    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [13]),
-    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [4]),
+    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
+    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [30]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
 }
