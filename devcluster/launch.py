@@ -8,8 +8,10 @@ Kafka operator would check. ``LocalCluster`` (devcluster/cluster.py) drives a ``
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from pathlib import Path
 
 from devcluster.disk import BrokerDisk
@@ -27,6 +29,12 @@ from devcluster.zookeeper import (
 )
 
 POLL_S = 0.2
+#: How often a broker still starting is reported while the runner waits for it.
+STILL_STARTING_EVERY_S = 10.0
+#: The start-up bound's allowance for loading logs: per partition directory and per MiB on disk
+#: (recovery reads an unflushed tail at disk speed, index rebuilds included: generous on purpose).
+LOAD_S_PER_PARTITION = 0.02
+LOAD_S_PER_MIB = 0.01
 
 
 def broker_disk(broker: BrokerState) -> BrokerDisk:
@@ -103,14 +111,18 @@ class Launcher:
         self, state: ClusterState, broker_ids: list[int], timeout: float, need_controller: bool
     ) -> None:
         """Until every broker in ``broker_ids`` is registered (and, with ``need_controller``, one is
-        the controller); ClusterError, with the broker's last lines, when one dies or time is up."""
+        the controller); ClusterError, with the broker's last lines, when one exits or time is up.
+        The bound is ``timeout`` plus what the brokers' logs take to load (:func:`log_load_allowance`),
+        and every ``STILL_STARTING_EVERY_S`` a broker still starting is reported with its last line."""
         from kazoo.exceptions import KazooException
 
-        deadline = time.monotonic() + timeout
+        timeout += max((log_load_allowance(state.brokers[i]) for i in broker_ids), default=0.0)
+        started = time.monotonic()
+        deadline, next_report = started + timeout, started + STILL_STARTING_EVERY_S
         with zk_session(state.zookeeper.port) as client:
             while True:
                 for broker_id in broker_ids:
-                    self._check_not_dead(state.brokers[broker_id])
+                    self._check_not_exited(state.brokers[broker_id])
                 try:
                     registered = registered_ids(client)
                     controller_id, _ = controller_of(client) if need_controller else (0, None)
@@ -121,18 +133,57 @@ class Launcher:
                     for broker_id in broker_ids:
                         self._progress(f"broker {broker_id} registered (pid {state.brokers[broker_id].pid})")
                     return
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise _not_started(state, missing, timeout)
+                if now >= next_report and missing:
+                    broker = state.brokers[missing[0]]
+                    last = tail(Path(broker.out), 1)
+                    self._progress(
+                        f"broker {broker.id} still starting after {now - started:.0f}s "
+                        f"(pid {broker.pid}, waiting up to {timeout:.0f}s): {last}"
+                    )
+                    next_report = now + STILL_STARTING_EVERY_S
                 time.sleep(POLL_S)
 
-    def _check_not_dead(self, broker: BrokerState) -> None:
-        if self.broker_alive(broker):
+    def _check_not_exited(self, broker: BrokerState) -> None:
+        """ClusterError when the broker's process has exited. A child of this runner is judged by
+        its exit status alone: its command line can read empty for a moment while it execs (``ip
+        netns exec`` becoming python), which once made a starting broker "not running" two seconds
+        before it registered. A broker started by another runner process is judged by its pid and
+        marker, looked at twice."""
+        running = self.procs.running_child(broker.pid) if broker.pid else False
+        if running is None:  # not our child: /proc is all there is, so look twice
+            running = self.broker_alive(broker)
+            if not running:
+                time.sleep(POLL_S)
+                running = self.broker_alive(broker)
+        if running:
             return
         code = self.procs.exit_code(broker.pid, wait_s=2.0) if broker.pid else None
         how = f"exited with code {code}" if code is not None else "is not running"
         raise ClusterError(
             f"broker {broker.id} {how} before registering in ZooKeeper; last lines of {broker.out}:\n{tail(Path(broker.out))}"
         )
+
+
+def log_load_allowance(broker: BrokerState) -> float:
+    """Seconds a broker's start may take beyond the base bound to load its logs: a start after a
+    crash recovers every partition's unflushed tail, so the bound grows with the partitions
+    (LOAD_S_PER_PARTITION each) and the bytes on disk (LOAD_S_PER_MIB)."""
+    partitions, size = 0, 0
+    for log_dir in broker.log_dirs:
+        try:
+            entries = list(os.scandir(log_dir))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            partitions += 1
+            with suppress(OSError):
+                size += sum(f.stat().st_size for f in os.scandir(entry.path) if f.is_file())
+    return partitions * LOAD_S_PER_PARTITION + size / (1 << 20) * LOAD_S_PER_MIB
 
 
 def _not_started(state: ClusterState, missing: list[int], timeout: float) -> ClusterError:

@@ -79,6 +79,12 @@ class Processes:
         except subprocess.TimeoutExpired:
             return None
 
+    def running_child(self, pid: int) -> bool | None:
+        """Whether our child ``pid`` has not exited yet (its wait status is the whole truth, even
+        while it execs); None for a pid that is not our child."""
+        popen = self.children.get(pid)
+        return None if popen is None else popen.poll() is None
+
     def exists(self, pid: int) -> bool:
         """True until ``pid`` has fully exited (reaping it when it is our child); a zombie does not count."""
         popen = self.children.get(pid)
