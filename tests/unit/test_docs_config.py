@@ -93,7 +93,7 @@ MEANINGS: dict[str, str] = {
     "controller.socket.timeout.ms": "Timeout of the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) to brokers.",
     "controller.request.max.partitions": 'Most partition states in one LeaderAndIsr or UpdateMetadata request from the controller (floodmark\'s; Kafka sends one request per broker whatever its size): a batch for more goes as several requests, in partition order, each applied by the broker on its own, so no frame of 10,000 partitions is encoded, sent or applied in one step. About 200 bytes of msgpack per partition. docs/design.md "The controller at scale (issue 25)".',
     "event.loop.stall.monitor.interval.ms": "How often the broker's event-loop stall monitor sleeps and measures how late it woke (floodmark's): the longest and a histogram are `floodmark_event_loop_stall_max_seconds` and `floodmark_event_loop_stall_seconds` in `/metrics`, and a stall of a second or more is logged as a warning. 0 turns the monitor off. docs/design.md \"The controller at scale (issue 25)\".",
-    "auto.create.topics.enable": "Create a topic when Metadata asks for an unknown one (Kafka's default is true). Accepted for compatibility; at the time of writing no broker code reads it: topics are created explicitly.",
+    "auto.create.topics.enable": "Create a missing topic (with `num.partitions` and `default.replication.factor`) when a Metadata request allows it, as a producer's does (Kafka's default is true); the AdminClient's and floodmark's consumer's never do.",
     "request.timeout.ms": "Timeout of requests this broker sends as a client (e.g. controlled shutdown to the controller).",
     "log.segment.bytes": "A segment rolls when it would grow past this size. Topic-level: `segment.bytes`.",
     "log.roll.ms": "A segment rolls when its first record is older than this. Topic-level: `segment.ms`.",
@@ -353,6 +353,45 @@ def test_every_broker_key_is_documented_with_its_type_and_default(doc: str) -> N
 
 def test_every_broker_key_has_a_meaning() -> None:
     assert [key for key, prop in BROKER_PROPERTIES.items() if not meaning(prop)] == []
+
+
+PRODUCT_PACKAGES = ("broker", "controller", "zk", "client", "cli", "devcluster", "chaos", "verify", "sim")
+NOT_READ = re.compile(r"no (broker )?code reads it|is not read|accepted for compatibility", re.I)
+
+
+def _product_source() -> tuple[str, str]:
+    """(every product module but broker/config.py, broker/config.py with its declarations cut)."""
+    texts = [
+        path.read_text()
+        for package in PRODUCT_PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ROOT / "broker" / "config.py"
+    ]
+    config = (ROOT / "broker" / "config.py").read_text()
+    return "\n".join(texts), config
+
+
+def test_every_documented_broker_key_is_read_by_the_code_and_every_key_read_is_documented() -> None:
+    """docs/operations.md once said ``auto.create.topics.enable`` was read by no broker code while
+    broker/apis.py read it. A key counts as read when product code names it (``cfg["key"]``), uses
+    its snake-case name (a typed config field), or reads it as a topic config's broker default;
+    a meaning may not say a read key is unread, and every ``["a.b.c"]`` lookup names a known key."""
+    source, config = _product_source()
+    topic_defaults = set(TOPIC_TO_BROKER.values())
+    unread = [
+        key
+        for key in BROKER_PROPERTIES
+        if f'"{key}"' not in source
+        and f'self["{key}"]' not in config
+        and re.search(rf"\b{key.replace('.', '_')}\b", source) is None
+        and key not in topic_defaults
+    ]
+    assert unread == [], f"documented broker keys that no product code reads: {unread}"
+    wrongly_unread = [key for key, prop in BROKER_PROPERTIES.items() if NOT_READ.search(meaning(prop))]
+    assert wrongly_unread == [], f"meanings that say a key is not read, yet it is: {wrongly_unread}"
+    looked_up = set(re.findall(r'(?:config|cfg|self)\["([a-z0-9]+(?:\.[a-z0-9]+)+)"\]', source + config))
+    known = set(BROKER_PROPERTIES) | set(TOPIC_TO_BROKER) | set(TOPIC_ONLY_PROPERTIES)
+    assert sorted(looked_up - known) == [], "config keys read by the code but not documented"
 
 
 def test_every_topic_override_is_documented(doc: str) -> None:
