@@ -57,7 +57,9 @@ MAX_REPORTED_ERRORS = 10
     "producer_props",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Producer setting, e.g. linger.ms=5.",
+    help="Producer setting, e.g. linger.ms=5. A record is retried for up to delivery.timeout.ms "
+    "(default 120000, Kafka's): with --acks all and fewer in-sync replicas than min.insync.replicas "
+    "each retry is warned, and the record fails when the timeout is spent.",
 )
 def produce(
     bootstrap_server: str | None,

@@ -10,6 +10,8 @@ Retriable errors (``errors.RETRIABLE``, connection loss = NETWORK_EXCEPTION) sen
 to the head of its partition's queue after ``retry_backoff_ms``, holding it until newer metadata
 when the error is in ``errors.INVALIDATES_METADATA``, until ``retries`` or
 ``delivery_timeout_ms`` runs out: then its futures fail with REQUEST_TIMED_OUT "...expired...".
+Each retried error is warned as Kafka's Sender warns it, rate-limited per partition and error
+(:mod:`client.producer.retry_warnings`), so a long run of retries never looks like a hang.
 Other errors fail the batch with the broker's code and message, logged once per batch. A failed
 batch with sequence numbers goes to the :class:`~client.producer.idempotence.IdempotenceManager`.
 An answer the sender cannot use (a body that breaks the schema, ``api.InvalidBody``, or any other
@@ -34,6 +36,7 @@ from client.producer.accumulator import (
 )
 from client.producer.config import ProducerConfig
 from client.producer.idempotence import IdempotenceManager
+from client.producer.retry_warnings import RetryWarnings
 from client.protocol.api import ApiKey
 from client.protocol.errors import INVALIDATES_METADATA, RETRIABLE, ErrorCode, KafkaError
 from client.protocol.records import build_batch
@@ -92,6 +95,7 @@ class Sender:
         self._requests: set[asyncio.Task] = set()
         self._in_flight: dict[int, int] = {}
         self._metadata_task: asyncio.Task | None = None
+        self._retry_warnings = RetryWarnings()
         self.closing = False
         self.closed = False
 
@@ -294,6 +298,13 @@ class Sender:
                 self.fail_batch(batch, error)
             else:
                 log.debug("retrying after %s", error)
+                topic, partition = batch.tp
+                left_ms = self.config.delivery_timeout_ms - (now - batch.created_ms)
+                warning = self._retry_warnings.on_retry(
+                    now, topic, partition, code, self.config.retries - batch.attempts, left_ms
+                )
+                if warning is not None:
+                    log.warning("%s", warning)
                 self.metrics["batches_retried"] += 1
                 self._acc.reenqueue(batch, now, error)
         else:
@@ -313,6 +324,7 @@ class Sender:
             return
         self._acc.complete(batch)
         topic, partition = batch.tp
+        self._retry_warnings.clear(topic, partition)
         records = batch.records
         producer_id, base_sequence = batch.producer_id, batch.base_sequence
         for i, future in enumerate(batch.handles):

@@ -161,6 +161,20 @@ async def test_delivery_timeout_expires_records(fake):
     assert "expir" in str(info.value) and "NOT_ENOUGH_REPLICAS" in str(info.value)
 
 
+async def test_retries_are_warned_as_kafkas_sender_warns_them_not_silently(fake, caplog):
+    """A newcomer's `produce --acks all` with too few replicas in sync was silent for the whole
+    delivery.timeout.ms. Every retried error is now warned, once per partition and error code per
+    interval, in the words of Kafka's Sender, with what is left of the delivery timeout."""
+    fake.produce_errors[("t", 0)] = [ErrorCode.NOT_ENOUGH_REPLICAS] * 20
+    with caplog.at_level("WARNING", logger="client.producer.sender"):
+        async with producer(fake, retry_backoff_ms=5) as p:
+            assert (await p.send_and_wait("t", b"x", partition=0)).offset == 0
+    warned = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(warned) == 1, warned  # 20 retries within the interval: one line, not twenty
+    assert warned[0].startswith("Got error produce response on topic-partition t-0, retrying (")
+    assert "delivery.timeout.ms left). Error: NOT_ENOUGH_REPLICAS" in warned[0]
+
+
 async def test_unknown_topic_and_partition_are_refused_at_send(fake):
     async with producer(fake, max_block_ms=100) as p:
         with pytest.raises(KafkaError) as info:
