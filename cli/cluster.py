@@ -76,7 +76,8 @@ def cluster() -> None:
     "--kafka-base-port",
     type=click.IntRange(1, 65535),
     help="Broker i's KAFKA listener (Kafka's wire protocol, for kcat and confluent-kafka) is on "
-    "kafka-base-port + i - 1.  [default: a free block of loopback ports, recorded in cluster.json]",
+    "kafka-base-port + i - 1.  [default: base-port + 100, 9192.. beside 9092..; a free block when that is "
+    "busy; recorded in cluster.json]",
 )
 @click.option(
     "--config",

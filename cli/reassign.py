@@ -415,9 +415,12 @@ async def _execute(admin: Any, targets: Assignment, throttle: int, timeout_ms: i
     for line in rollback_lines({tp: replicas for tp, replicas in current.items() if tp in targets}):
         click.echo(line)
     if throttled and not in_progress:  # else refused below: a running move keeps its throttle
-        click.echo(throttling.WARNING)
-        if await throttling.set_throttle(admin, current, targets, throttle):
+        brokers = await throttling.set_throttle(admin, current, targets, throttle)
+        if brokers:
+            click.echo(throttling.WARNING)
             click.echo(throttling.limit_line(throttle))
+        elif brokers is not None:
+            click.echo(throttling.NOTHING_THROTTLED)
     results = await admin.alter_partition_reassignments(targets, timeout_ms)
     if any(error is not None for error in results.values()):
         raise CliError(refusal_message(results))

@@ -53,6 +53,11 @@ WARNING = (
 )
 EXISTING = "There is an existing assignment running."
 REMOVED = "Throttle was removed."
+#: Where Kafka's tool prints the limit line anyway: a plan that copies no data throttles nothing.
+NOTHING_THROTTLED = (
+    "No partition of the plan gains a replica, so nothing was throttled "
+    "(the limit applies only to data copied to new replicas)."
+)
 
 
 def limit_line(rate: int) -> str:
@@ -83,14 +88,15 @@ def brokers_of(current: Assignment, targets: Assignment, partitions: Iterable[Pa
     return sorted({b for tp in partitions for b in (*current.get(tp, ()), *targets[tp])})
 
 
-async def set_throttle(admin: Any, current: Assignment, targets: Assignment, rate: int) -> bool:
+async def set_throttle(admin: Any, current: Assignment, targets: Assignment, rate: int) -> list[int] | None:
     """Before the move starts (Kafka's maybeThrottle): the throttled replicas of each topic of the
     plan, then the rate on each live broker of the moving partitions. Nothing is written for a
     plan the broker will refuse whole (a partition that does not exist, a target broker that is
-    not live): the refusal then leaves no throttle behind. Whether it was written."""
+    not live): the refusal then leaves no throttle behind (None). Else the brokers whose rate was
+    set: none when no partition gains a replica (a shrink or a reorder copies nothing)."""
     live = {b.node_id for b in (await admin.describe_cluster()).brokers}
     if any(tp not in current or not set(target) <= live for tp, target in targets.items()):
-        return False
+        return None
     replicas = throttled_replicas(current, targets)
     overrides = await entity_overrides(admin, "topics", replicas)
     if replicas:
@@ -100,8 +106,9 @@ async def set_throttle(admin: Any, current: Assignment, targets: Assignment, rat
                 for topic, values in replicas.items()
             }
         )
-    await set_rate(admin, brokers_of(current, targets, moving(current, targets)), rate)
-    return True
+    brokers = brokers_of(current, targets, moving(current, targets))
+    await set_rate(admin, brokers, rate)
+    return sorted(set(brokers) & live)
 
 
 async def set_rate(admin: Any, brokers: Iterable[int], rate: int) -> None:

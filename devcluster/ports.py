@@ -27,7 +27,7 @@ class PortInUse(ClusterError):
         super().__init__(f"port {port} on {HOST} (wanted for {owner}) is already in use")
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket() as probe:
         try:
             probe.bind((HOST, port))
@@ -66,7 +66,7 @@ def free_block(
     for _ in range(attempts):
         base = rng.randrange(ports.start, ports.stop - count)
         block = range(base, base + count)
-        if not set(block) & set(avoid) and all(map(_bindable, block)):
+        if not set(block) & set(avoid) and all(map(bindable, block)):
             return base
     raise ClusterError(f"no block of {count} free loopback ports found")
 

@@ -25,7 +25,7 @@ from typing import Any
 from devcluster.disk import DiskState
 from devcluster.errors import ClusterError
 from devcluster.netns import NetnsLayout, layout_for
-from devcluster.ports import HOST, choose_block
+from devcluster.ports import HOST, bindable, choose_block
 
 STATE_FILE = "cluster.json"
 DEFAULT_SESSION_TIMEOUT_MS = "6000"  # ZooKeeper's tick is 1 s here (devcluster/zookeeper.py)
@@ -215,6 +215,22 @@ def metrics_ports(
     )
 
 
+#: The KAFKA listeners' default block sits this far above the brokers' own ports: 9192.. beside
+#: 9092.., as in the compose cluster's layout and the docs (docs/operations.md "Local cluster layout").
+KAFKA_PORT_OFFSET = 100
+
+
+def default_kafka_base_port(ports: list[int], zookeeper_port: int) -> int | None:
+    """``ports[0] + KAFKA_PORT_OFFSET`` (9192 for brokers on 9092) when that block is free on
+    loopback and clear of the cluster's other ports; None (a free block elsewhere) when not, so
+    a busy port never stops a start."""
+    base = ports[0] + KAFKA_PORT_OFFSET
+    block = range(base, base + len(ports))
+    if block[-1] > 65535 or set(block) & {zookeeper_port, *ports}:
+        return None
+    return base if all(map(bindable, block)) else None
+
+
 def kafka_ports(
     ports: list[int],
     zookeeper_port: int,
@@ -253,6 +269,8 @@ def new_state(
         )
     if ports[-1] > 65535:
         raise ClusterError(f"broker ports {ports[0]}-{ports[-1]} run past 65535")
+    if kafka_base_port is None:
+        kafka_base_port = default_kafka_base_port(ports, zookeeper_port)
     users_kafka = range(kafka_base_port, kafka_base_port + brokers) if kafka_base_port is not None else ()
     metrics = metrics_ports(ports, zookeeper_port, overrides, metrics_base_port, netns, avoid=users_kafka)
     kafka = kafka_ports(ports, zookeeper_port, metrics, kafka_base_port)

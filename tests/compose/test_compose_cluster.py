@@ -25,9 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("FLOODMARK_DOCKER_STATE", "/var/lib/floodmark-docker"))
 #: The brokers' EXTERNAL listeners, published on the host (docker-compose.yml): no name to resolve.
-BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+BOOTSTRAP = "127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094"
 #: The brokers' KAFKA listeners (Kafka's wire protocol, for kcat and confluent-kafka), published too.
-KAFKA_BOOTSTRAP = "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"
+KAFKA_BOOTSTRAP = "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
 BROKERS = ["floodmark-broker-1", "floodmark-broker-2", "floodmark-broker-3"]
 CLI = [str(ROOT / ".venv" / "bin" / "python"), "-m", "cli.main"]
 ENV = {**os.environ, "FLOODMARK_BOOTSTRAP": BOOTSTRAP, "COMPOSE_PROJECT_NAME": "floodmark"}

@@ -236,3 +236,18 @@ def test_throttle_is_for_execute_only(fake, tmp_path, mode):
     result = invoke(fake, mode, *args, "--throttle", "100")
     assert result.exit_code == 2 and f"--throttle cannot be used with {mode}" in result.stderr, result.stderr
     assert fake.requests == []
+
+
+def test_a_plan_that_copies_nothing_says_nothing_was_throttled(fake, tmp_path):
+    """The README tour's "RF 3 -> 2, throttled" printed "The inter-broker throttle limit was set"
+    (as Kafka's tool does) while no broker got a rate: a shrink copies no data. It now says so, and
+    prints no warning to run --verify for a throttle that does not exist."""
+    path = write(tmp_path / "plan.json", plan(("t", 0, [3, 1])))
+    lines = ok(invoke(fake, "--execute", "--reassignment-json-file", path, "--throttle", "10000000"))
+    assert lines[5:] == [
+        "No partition of the plan gains a replica, so nothing was throttled "
+        "(the limit applies only to data copied to new replicas).",
+        "Successfully started reassignment of partitions.",
+    ]
+    assert WARNING not in lines
+    assert fake.broker_configs == {}

@@ -106,13 +106,13 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
     assert sorted(bound) == sorted(advertised) == ["EXTERNAL", "INTERNAL", "KAFKA"]
     assert (bound["INTERNAL"].host, bound["INTERNAL"].port) == ("0.0.0.0", 19092)
     assert (advertised["INTERNAL"].host, advertised["INTERNAL"].port) == (service, 19092)
-    external_port = 9091 + int(service[-1])
+    external_port = 29091 + int(service[-1])
     assert (bound["EXTERNAL"].host, bound["EXTERNAL"].port) == ("0.0.0.0", external_port)
     assert (advertised["EXTERNAL"].host, advertised["EXTERNAL"].port) == ("127.0.0.1", external_port)
     assert config.inter_broker_listener_name == "INTERNAL"
     published = {(int(p["published"]), int(p["target"])) for p in _ports(svc)}
     assert (external_port, external_port) in published
-    kafka_port = 9191 + int(service[-1])
+    kafka_port = 29191 + int(service[-1])
     assert (bound["KAFKA"].host, bound["KAFKA"].port) == ("0.0.0.0", kafka_port)
     assert (advertised["KAFKA"].host, advertised["KAFKA"].port) == ("127.0.0.1", kafka_port)
     assert (kafka_port, kafka_port) in published
@@ -129,14 +129,14 @@ def test_the_entrypoint_renders_valid_broker_config_from_the_compose_environment
 
 def test_every_broker_serves_metrics_on_its_own_published_port(tmp_path):
     """Issue 22 item 7: /metrics is on for every broker (metrics.port is off, -1, by default), each
-    on its own port, published as the same port on the host (http://127.0.0.1:910N/metrics), and
+    on its own port, published as the same port on the host (http://127.0.0.1:2910N/metrics), and
     bound on every interface (the broker binds its first listener's host), so the host reaches it."""
     services = brokers(compose_config())
     metrics_ports = {}
     for name, svc in services.items():
         config = BrokerConfig.from_file(render(svc, tmp_path / name))
         port = config["metrics.port"]
-        assert port == 9100 + int(name[-1]), name
+        assert port == 29100 + int(name[-1]), name
         assert (port, port) in {(int(p["published"]), int(p["target"])) for p in _ports(svc)}, name
         assert config.listeners[0].host == "0.0.0.0", name
         metrics_ports[name] = port
@@ -147,8 +147,8 @@ def test_every_broker_serves_metrics_on_its_own_published_port(tmp_path):
 
 def test_every_broker_publishes_its_kafka_listener_and_compose_up_prints_them(tmp_path):
     """Each broker's KAFKA listener (Kafka's wire protocol, for kcat and confluent-kafka) has its own
-    port, 919N, published as the same port on the host and advertised as 127.0.0.1 (or
-    FLOODMARK_EXTERNAL_HOST), so a client on the host bootstraps from 127.0.0.1:9192..9194; no port
+    port, 2919N, published as the same port on the host and advertised as 127.0.0.1 (or
+    FLOODMARK_EXTERNAL_HOST), so a client on the host bootstraps from 127.0.0.1:29192..29194; no port
     is published twice; `docker/compose.sh up` prints those as "kafka bootstrap servers: ...", and
     still ends with the CLI's "bootstrap servers: ..." line."""
     services = brokers(compose_config())
@@ -156,7 +156,7 @@ def test_every_broker_publishes_its_kafka_listener_and_compose_up_prints_them(tm
     for name, svc in services.items():
         config = BrokerConfig.from_file(render(svc, tmp_path / name))
         (endpoint,) = [e for e in config.advertised_listeners if e.listener_name == "KAFKA"]
-        assert (endpoint.host, endpoint.port) == ("127.0.0.1", 9191 + int(name[-1])), name
+        assert (endpoint.host, endpoint.port) == ("127.0.0.1", 29191 + int(name[-1])), name
         # the broker's default listener.wire.protocol.map: the listener named KAFKA speaks Kafka's protocol
         wires = {"INTERNAL": "FLOODMARK", "EXTERNAL": "FLOODMARK", "KAFKA": "KAFKA"}
         assert config.listener_wire_protocols == wires, name
@@ -164,9 +164,24 @@ def test_every_broker_publishes_its_kafka_listener_and_compose_up_prints_them(tm
     published = [int(p["published"]) for svc in services.values() for p in _ports(svc)]
     assert len(published) == len(set(published)) == 9
     bootstrap = ",".join(f"127.0.0.1:{kafka[name]}" for name in sorted(kafka))
-    assert bootstrap == "127.0.0.1:9192,127.0.0.1:9193,127.0.0.1:9194"
+    assert bootstrap == "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
     assert bootstrap in COMPOSE.read_text().split("version:", 1)[0]
     script = COMPOSE_SH.read_text()
     kafka_line = 'echo "kafka bootstrap servers: $KAFKA_BOOTSTRAP"'
-    assert "KAFKA_BOOTSTRAP=$EXTERNAL_HOST:9192,$EXTERNAL_HOST:9193,$EXTERNAL_HOST:9194" in script
+    assert "KAFKA_BOOTSTRAP=$EXTERNAL_HOST:29192,$EXTERNAL_HOST:29193,$EXTERNAL_HOST:29194" in script
     assert script.index(kafka_line) < script.index('echo "bootstrap servers: $BOOTSTRAP"')
+
+
+def test_compose_publishes_no_port_of_the_local_runners_defaults():
+    """The compose cluster and `floodmark cluster up` can run on one host: compose's published
+    ports (2909N, 2919N, 2910N) are clear of the local runner's defaults (ZooKeeper 2181, brokers
+    9092.., their KAFKA listeners 9192..: base-port + 100)."""
+    from devcluster.state import KAFKA_PORT_OFFSET
+
+    published = {int(p["published"]) for svc in compose_config()["services"].values() for p in _ports(svc)}
+    runner_defaults = {
+        2181,
+        *range(9092, 9092 + 8),
+        *range(9092 + KAFKA_PORT_OFFSET, 9092 + KAFKA_PORT_OFFSET + 8),
+    }
+    assert published and not published & runner_defaults, sorted(published & runner_defaults)

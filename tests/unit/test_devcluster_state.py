@@ -21,7 +21,7 @@ from cli.main import build_cli
 from devcluster.cluster import LocalCluster
 from devcluster.errors import ClusterError
 from devcluster.launch import Launcher
-from devcluster.ports import PortInUse, free_block
+from devcluster.ports import PortInUse, bindable, free_block
 from devcluster.processes import Processes
 from devcluster.state import ClusterState, new_state, read_state, render_properties, write_state
 
@@ -58,6 +58,23 @@ def test_each_broker_gets_a_kafka_port_from_a_block_of_its_own(tmp_path: Path) -
     again = read_state(tmp_path / "cluster.json")
     assert again is not None and again.kafka_bootstrap == state.kafka_bootstrap
     assert LocalCluster(tmp_path).kafka_bootstrap_servers == state.kafka_bootstrap
+
+
+def test_the_kafka_listeners_default_block_is_a_hundred_above_the_brokers(tmp_path: Path) -> None:
+    """A fixed default (the README's tour says kcat -b 127.0.0.1:9192): 9192.. beside 9092.., and a
+    free block elsewhere, not a failed start, when one of those ports is busy."""
+    base = 0
+    for _ in range(50):
+        base = free_block(4) + 1
+        if all(map(bindable, range(base + 100, base + 103))):
+            break
+    state = new_state(tmp_path / "a", 3, base - 1, base, {}, COMMAND)
+    assert [b.kafka_port for b in state.brokers.values()] == [base + 100, base + 101, base + 102]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base + 101))
+        moved = new_state(tmp_path / "b", 3, base - 1, base, {}, COMMAND)
+    kafka = [b.kafka_port for b in moved.brokers.values()]
+    assert base + 101 not in kafka and kafka == list(range(kafka[0], kafka[0] + 3))
 
 
 def test_kafka_base_port_is_the_users_and_must_not_collide(tmp_path: Path) -> None:
