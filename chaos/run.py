@@ -91,6 +91,9 @@ class ChaosSettings:
     consumers: int = 0  # members of the group reading the topic (chaos/consumers.py); 0: none
     client: str = "floodmark"  # or "kafka": librdkafka producers and consumers (chaos/clients.py)
     kafka_bootstrap: str | None = None  # the docker backend's KAFKA listener, for client "kafka"
+    zookeeper_port: int | None = None  # a cluster this run starts: None picks free ports
+    base_port: int | None = None  # broker i on base_port + i - 1; None: a free block
+    kafka_base_port: int | None = None  # the KAFKA listeners; None: the runner's default
 
 
 @dataclass
@@ -195,11 +198,19 @@ def prepare_local_cluster(
             raise DiskError(reason)
         say(f"faultable disks: {plan.describe()}")
     netns = "partition" in settings.faults and netns_available()
-    base = free_port_block(settings.brokers)
+    base = settings.base_port
+    if base is None:
+        base = free_port_block(settings.brokers)
+        zookeeper_port = settings.zookeeper_port if settings.zookeeper_port is not None else base - 1
+    else:
+        zookeeper_port = (
+            settings.zookeeper_port if settings.zookeeper_port is not None else free_port_block(0) - 1
+        )
     cluster.up(
         settings.brokers,
-        zookeeper_port=base - 1,
+        zookeeper_port=zookeeper_port,
         base_port=base,
+        kafka_base_port=settings.kafka_base_port,
         overrides={**CHAOS_BROKER_SETTINGS, **settings.overrides},
         timeout=90,
         netns=netns if cluster.state is None else cluster.state.netns_index is not None,

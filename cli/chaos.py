@@ -166,6 +166,22 @@ def chaos() -> None:
     help="The KAFKA listener to use with --client kafka and --backend docker (the local runner knows its own).",
 )
 @click.option(
+    "--zookeeper-port",
+    type=click.IntRange(1, 65535),
+    help="ZooKeeper's port for a cluster this run starts.  [default: a free port]",
+)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1, 65535),
+    help="Broker i's port for a cluster this run starts is base-port + i - 1.  [default: a free block]",
+)
+@click.option(
+    "--kafka-base-port",
+    type=click.IntRange(1, 65535),
+    help="Broker i's KAFKA listener for a cluster this run starts is kafka-base-port + i - 1.  "
+    "[default: base-port + 100, or a free block]",
+)
+@click.option(
     "--master", default="local[2]", show_default=True, help="Spark master URL for the verification."
 )
 @click.option(
@@ -202,6 +218,9 @@ def run_command(
     consumers: int,
     client: str,
     kafka_bootstrap_server: str | None,
+    zookeeper_port: int | None,
+    base_port: int | None,
+    kafka_base_port: int | None,
     master: str,
     no_verify: bool,
     stop_cluster: bool,
@@ -234,6 +253,9 @@ def run_command(
         consumers=consumers,
         client=client,
         kafka_bootstrap=kafka_bootstrap_server,
+        zookeeper_port=zookeeper_port,
+        base_port=base_port,
+        kafka_base_port=kafka_base_port,
         records_per_second=rate,
         verify=not no_verify,
         master=master,

@@ -111,7 +111,8 @@ class LocalCluster:
         """Start ZooKeeper and brokers 1..N, wait until all are registered and a controller is elected.
         Broker i serves /metrics on ``metrics_base_port + i - 1``, by default a free block of loopback
         ports; a ``metrics.port`` in ``overrides`` is the user's and is kept (-1 turns /metrics off).
-        Its KAFKA listener is on ``kafka_base_port + i - 1``, by default a third free block.
+        Its KAFKA listener is on ``kafka_base_port + i - 1``, by default ``base_port + 100 + i - 1``
+        (a free block when those are busy).
         With ``netns`` (root only) every broker runs in its own network namespace on a bridge, so
         ``isolate`` can cut it off the network (devcluster/netns.py). With ``disk_size`` (root only) every
         broker's log dir is a FUSE filesystem over a tmpfs of that size, so ``disk`` can fill it or make it

@@ -183,6 +183,41 @@ def test_the_runner_starts_its_cluster_on_disks_sized_for_the_run(tmp_path: Path
     assert f"faultable disks: {plan.describe()}" in said
 
 
+def test_the_runner_starts_its_cluster_on_the_ports_it_is_given(tmp_path: Path, monkeypatch):
+    """`chaos run --zookeeper-port Z --base-port B --kafka-base-port K` reach the cluster it starts
+    (a busy port of the defaults need not stop a run); without them it picks a free block."""
+    from chaos.run import ChaosSettings, prepare_local_cluster
+    from cli import chaos as chaos_cli
+    from cli.main import build_cli
+
+    settings = ChaosSettings(
+        tmp_path / "c", tmp_path / "r", zookeeper_port=12181, base_port=19092, kafka_base_port=19192
+    )
+    cluster = StoppedCluster()
+    prepare_local_cluster(settings, lambda _line: None, cluster)
+    assert (cluster.up_kwargs["zookeeper_port"], cluster.up_kwargs["base_port"]) == (12181, 19092)
+    assert cluster.up_kwargs["kafka_base_port"] == 19192
+    free = StoppedCluster()
+    prepare_local_cluster(ChaosSettings(tmp_path / "d", tmp_path / "r"), lambda _line: None, free)
+    assert free.up_kwargs["zookeeper_port"] == free.up_kwargs["base_port"] - 1
+    assert free.up_kwargs["kafka_base_port"] is None
+
+    seen = {}
+    monkeypatch.setattr(chaos_cli, "_run_reporting_runner_errors", lambda s: seen.setdefault("s", s) and None)
+    args = [
+        "chaos",
+        "run",
+        "--report-dir",
+        str(tmp_path),
+        "--zookeeper-port",
+        "12181",
+        "--base-port",
+        "19092",
+    ]
+    CliRunner().invoke(build_cli(), [*args, "--kafka-base-port", "19192"])
+    assert (seen["s"].zookeeper_port, seen["s"].base_port, seen["s"].kafka_base_port) == (12181, 19092, 19192)
+
+
 # -- the exit code: both facts ---------------------------------------------------------------------
 
 
