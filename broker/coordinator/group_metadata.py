@@ -4,10 +4,12 @@ seed 004; docs/design.md "Consumer groups").
 Pure state, no I/O and no clock of its own: the states Empty, PreparingRebalance,
 CompletingRebalance, Stable and Dead with Kafka's table of legal previous states; the members in
 the order they joined (the group leader is the first, seed 004's ``members.keys.headOption``);
-the members that were handed an id but have not joined with it yet (KIP-394); the protocol the
-members vote for; and the committed offsets. :mod:`broker.coordinator.group_coordinator` drives
-it; every transition goes through :meth:`GroupMetadata.transition_to`, which refuses an illegal
-one loudly (a bug, not a client error).
+the members that were handed an id but have not joined with it yet (KIP-394); the members of
+the current generation that have not sent SyncGroup yet (Kafka's pendingSyncMembers,
+KAFKA-12890); the protocol the members vote for; and the committed offsets.
+:mod:`broker.coordinator.group_coordinator` drives it; every transition goes through
+:meth:`GroupMetadata.transition_to`, which refuses an illegal one loudly (a bug, not a client
+error).
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ class GroupMetadata:
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     #: ids handed out with MEMBER_ID_REQUIRED whose JoinGroup has not come back yet (KIP-394)
     pending_members: set[str] = field(default_factory=set)
+    #: members of this generation whose SyncGroup has not arrived yet (Kafka's pendingSyncMembers,
+    #: KAFKA-12890): every member when a join completes; the coordinator's DelayedSync expels
+    #: whoever is still here at the rebalance timeout
+    pending_sync_members: set[str] = field(default_factory=set)
     #: static members (KIP-345): group.instance.id -> its current member id
     static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
@@ -159,6 +165,7 @@ class GroupMetadata:
             del self.static_members[instance]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
+        self.pending_sync_members.discard(member_id)
         return member
 
     def is_static_member_fenced(self, member_id: str, group_instance_id: str | None) -> bool:
@@ -167,6 +174,9 @@ class GroupMetadata:
             return False
         current = self.static_members.get(group_instance_id)
         return current is not None and current != member_id
+
+    def has_received_sync_from_all_members(self) -> bool:
+        return not self.pending_sync_members
 
     def not_yet_rejoined(self) -> list[MemberMetadata]:
         return [m for m in self.members.values() if m.awaiting_join is None]
@@ -228,8 +238,9 @@ class GroupMetadata:
 
     def init_next_generation(self, now_ms: int) -> None:
         """Kafka's initNextGeneration: a new generation, and CompletingRebalance (Empty without
-        members)."""
+        members); nobody is pending sync until the coordinator says so."""
         self.generation_id += 1
+        self.pending_sync_members.clear()
         if self.members:
             self.protocol_name = self.select_protocol()
             self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
