@@ -12,8 +12,9 @@ With ``--group G`` it is a member of consumer group G (Kafka's ConsoleConsumer w
 partitions the group gives it, from the group's committed offsets, else the end (the beginning
 with ``--from-beginning``: Kafka's ``auto.offset.reset=earliest``, used only where nothing is
 committed). It commits exactly what it printed: for each partition, the offset after the last
-record it printed, when partitions are taken away in a rebalance and on exit (max messages,
-timeout, Ctrl-C); then it leaves the group. Auto commit is off unless ``enable.auto.commit=true``
+record it printed, every ``auto.commit.interval.ms`` (5 s, Kafka's default) while it runs, so
+the group's lag falls as it reads, as with Kafka's console consumer, when partitions are taken
+away in a rebalance, and on exit (max messages, timeout, Ctrl-C); then it leaves the group. Auto commit is off unless ``enable.auto.commit=true``
 is given (which also commits positions on its own schedule). ``--partition`` and ``--offset``
 do not go with ``--group``, as in Kafka.
 
@@ -178,7 +179,10 @@ def group_settings(
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset instead of the end.")
 @click.option("--max-messages", type=click.IntRange(min=1), help="Stop after this many records.")
 @click.option(
-    "--timeout-ms", type=click.IntRange(min=0), help="Stop after this long without a record (default: never)."
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    help="Stop after this long without a record (default: never). It also bounds the wait for the "
+    "topic's metadata, which is otherwise request.timeout.ms (30 s): a topic that does not exist fails then.",
 )
 @click.option("--print-key", is_flag=True, help="Print key SEP value instead of the value alone.")
 @click.option(
@@ -262,6 +266,23 @@ class CommitPrinted:
         pass
 
 
+async def commit_while_running(consumer: Any, progress: Progress) -> None:
+    """The periodic commit of what was printed (the console consumer's auto commit): a failure
+    (a rebalance under way, the coordinator moving) is warned and the offsets are kept for the
+    next commit, the revocation's or the exit's."""
+    from client.protocol.errors import KafkaError
+
+    offsets = dict(progress.pending)
+    try:
+        await commit_printed(consumer, offsets)
+    except KafkaError as exc:
+        click.echo(f"WARN: committing the printed offsets failed (retried later): {exc}", err=True)
+        return
+    for tp, offset in offsets.items():
+        if progress.pending.get(tp) == offset:  # not moved on (nor revoked) meanwhile
+            del progress.pending[tp]
+
+
 async def commit_printed(consumer: Any, offsets: Mapping[tuple[str, int], int]) -> None:
     """Commit, for each partition, the offset after the last record printed from it."""
     from client.types import TopicPartition
@@ -307,11 +328,14 @@ async def _consume(job: Job, out: BinaryIO, progress: Progress) -> None:
     try:
         await maybe_await(consumer.start())
         await _start(consumer, job, progress)
-        last_record = started
+        last_record = last_commit = started
+        commit_every_s = job.settings.get("auto_commit_interval_ms", 5000) / 1000
         while job.max_messages is None or progress.count < job.max_messages:
             wait_ms = IDLE_POLL_MS
             if job.timeout_ms is not None:
                 wait_ms = max(0, int((last_record + job.timeout_ms / 1000 - time.monotonic()) * 1000))
+            if job.group is not None and progress.pending:  # wake for the next periodic commit
+                wait_ms = min(wait_ms, max(0, int((last_commit + commit_every_s - time.monotonic()) * 1000)))
             limit = (
                 MAX_POLL_RECORDS
                 if job.max_messages is None
@@ -326,6 +350,9 @@ async def _consume(job: Job, out: BinaryIO, progress: Progress) -> None:
                 if job.group is not None:
                     for r in records:
                         progress.pending[(r.topic, r.partition)] = r.offset + 1
+            if job.group is not None and time.monotonic() - last_commit >= commit_every_s:
+                last_commit = time.monotonic()
+                await commit_while_running(consumer, progress)
             elif job.timeout_ms is not None and time.monotonic() >= last_record + job.timeout_ms / 1000:
                 break
     finally:

@@ -283,3 +283,32 @@ def test_ctrl_c_and_the_timeout_commit_what_was_printed(cluster):
     assert result.exit_code == 0 and result.stdout.splitlines() == [f"j{i:02d}" for i in range(5)]
     wait_inactive(cluster, "stoppers")
     assert committed(cluster, "stoppers") == {0: 45}
+
+
+def test_consume_group_commits_what_it_printed_while_it_runs(cluster):
+    """A newcomer's `consume --group` committed only at exit, so `groups describe` showed the lag
+    unchanged while it read (Kafka's console consumer auto-commits). It now commits what it
+    printed every auto.commit.interval.ms: the group's offsets reach the log end while the
+    command is still running (it exits only after --timeout-ms without a record)."""
+    import threading
+
+    asyncio.run(create_topic(cluster, "gt-live", 3, 3))
+    asyncio.run(produce_values(cluster, "gt-live", [b"live%03d" % i for i in range(45)]))
+    args = ["consume", "--topic", "gt-live", "--group", "live", "--from-beginning", "--timeout-ms", "20000"]
+    args += ["--consumer-property", "auto.commit.interval.ms=300"]
+    done: list[Any] = []
+    runner = threading.Thread(target=lambda: done.append(cli(cluster, *args)), daemon=True)
+    runner.start()
+
+    async def all_committed_while_running() -> bool:
+        async with AdminClient(cluster.bootstrap_servers) as admin:  # not the CLI: one CliRunner at a time
+            offsets = await admin.list_consumer_group_offsets("live")
+        return runner.is_alive() and sum(o.offset for o in offsets.values()) == 45
+
+    try:
+        asyncio.run(
+            eventually(all_committed_while_running, "45 printed offsets committed while consuming", 15)
+        )
+    finally:
+        runner.join(40)
+    assert done and done[0].exit_code == 0 and len(done[0].stdout.splitlines()) == 45
