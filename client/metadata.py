@@ -8,7 +8,8 @@
   are *available* (have a live leader), brokers, controller. It remembers when it was last
   refreshed and whether it was invalidated.
 * :class:`Cluster` is what producer, consumer and admin share: it asks any reachable broker
-  (known brokers first, then the bootstrap list) for metadata, coalesces concurrent refreshes,
+  (known brokers first, then the bootstrap list) for metadata, hedged (a broker that does not
+  answer within a second is not waited for alone), coalesces concurrent refreshes,
   and keeps one pooled :class:`~client.connection.BrokerConnection` per broker address,
   reopened when it was lost.
 
@@ -36,6 +37,9 @@ from client.types import BrokerInfo, PartitionInfo, TopicInfo, TopicPartition
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
+
+#: How long a metadata request waits for its broker before the next candidate is asked as well.
+METADATA_HEDGE_AFTER_MS = 1000
 
 
 def monotonic_ms() -> float:
@@ -158,6 +162,12 @@ class ClusterMetadata:
         return self._stale or self.updated_ms is None or now_ms - self.updated_ms >= max_age_ms
 
 
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a task's outcome seen (a hedged request nobody awaits any more)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _fail_future(future: asyncio.Future, exc: BaseException, what: str) -> None:
     """Hand a shared operation's failure to the callers that joined it. A cancellation of the
     caller that ran it is not theirs: they get a retriable NETWORK_EXCEPTION instead."""
@@ -190,6 +200,8 @@ class Cluster:
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self.retry_backoff_ms = retry_backoff_ms
+        #: a metadata request unanswered this long is hedged with the next candidate
+        self.hedge_after_ms = min(METADATA_HEDGE_AFTER_MS, request_timeout_ms)
         self.connect_timeout_ms = min(connect_timeout_ms, request_timeout_ms)
         self.metadata = ClusterMetadata()
         #: Metadata's allow_auto_topic_creation: the producer's and the consumer's (Kafka's
@@ -261,26 +273,54 @@ class Cluster:
         return await self._refresh(None if topics is None else sorted(set(topics)))
 
     async def _refresh(self, topics: list[str] | None) -> dict:
+        """Ask the candidates one after another, hedged: when the one asked gives no answer within
+        ``hedge_after_ms`` (a paused broker keeps its connection and never answers), the next is
+        asked too while the first is still outstanding, and the first answer wins. A failure
+        moves to the next candidate at once. Kafka's AdminClient waits out request.timeout.ms on
+        a paused broker instead (30 s)."""
         self._last_refresh_attempt_ms = self._clock()
         body = {"topics": topics, "allow_auto_topic_creation": self.allow_auto_topic_creation}
         errors: list[str] = []
         tried: list[Address] = []
-        for address in self._candidates():
-            tried.append(address)
-            try:
-                conn = await self._connect(address)
-                response = await conn.request(ApiKey.METADATA, body, timeout=self.request_timeout_ms / 1000)
-            except KafkaError as exc:
-                errors.append(f"{format_bootstrap([address])}: {exc}")
-                log.debug("metadata from %s failed: %s", address, exc)
-                continue
-            self.metadata.update(response, self._clock(), topics)
-            return response
+        asking: dict[asyncio.Task, Address] = {}
+        candidates = iter(self._candidates())
+        try:
+            while True:
+                address = next(candidates, None)
+                if address is not None:
+                    tried.append(address)
+                    asking[asyncio.ensure_future(self._ask_metadata(address, body))] = address
+                if not asking:
+                    break
+                done, _ = await asyncio.wait(
+                    asking,
+                    timeout=self.hedge_after_ms / 1000 if address is not None else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for task in done:
+                    failed = asking.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        response = task.result()
+                        self.metadata.update(response, self._clock(), topics)
+                        return response
+                    if not isinstance(exc, KafkaError):
+                        raise exc
+                    errors.append(f"{format_bootstrap([failed])}: {exc}")
+                    log.debug("metadata from %s failed: %s", failed, exc)
+        finally:
+            for task in asking:  # the slower ones, or all of them when this refresh was cancelled
+                task.cancel()
+                task.add_done_callback(_retrieve)
         self.metadata.invalidate()
         raise KafkaError(
             ErrorCode.NETWORK_EXCEPTION,
             f"no broker reachable among {format_bootstrap(tried)} ({'; '.join(errors[-3:])})",
         )
+
+    async def _ask_metadata(self, address: Address, body: dict) -> dict:
+        conn = await self._connect(address)
+        return await conn.request(ApiKey.METADATA, body, timeout=self.request_timeout_ms / 1000)
 
     def _candidates(self) -> list[Address]:
         """Known brokers (already-connected ones first, the rest in random order), then bootstrap."""
