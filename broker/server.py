@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 #: Re-registration after a session loss: first retry delay, and the cap of its doubling.
 REGISTRATION_BACKOFF_MS = 100
 REGISTRATION_MAX_BACKOFF_MS = 5_000
+#: A shutdown step this slow is logged with its time (operators wait on a controlled shutdown).
+SLOW_SHUTDOWN_STEP_S = 1.0
 
 
 class BrokerServer:
@@ -444,8 +446,12 @@ class BrokerServer:
         """Run one shutdown step, bounded: a step that hangs (a peer that stopped answering while
         every broker stops at once) is logged and skipped, so the broker still exits cleanly and
         writes its clean-shutdown marker."""
+        started = asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(step, timeout_s)
+            took = asyncio.get_running_loop().time() - started
+            if took >= SLOW_SHUTDOWN_STEP_S:
+                log.info("[KafkaServer id=%d] shutdown step '%s' took %.1fs", self.broker_id, name, took)
         except TimeoutError:
             log.warning(
                 "[KafkaServer id=%d] shutdown step '%s' took over %.0fs; going on",

@@ -241,14 +241,20 @@ def down(data_dir: Path, timeout: float) -> None:
     type=click.Choice(["KILL", "TERM", "STOP", "CONT"], case_sensitive=False),
     default="KILL",
     show_default=True,
-    help="KILL: crash; TERM: controlled shutdown; STOP/CONT: pause and resume.",
+    help="KILL: crash; TERM: controlled shutdown (waits until the broker has exited); STOP/CONT: pause and resume.",
 )
-def kill(broker_id: int, data_dir: Path, signal_name: str) -> None:
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="With TERM: return once the signal is sent, as kafka-server-stop.sh does, not when the broker exited.",
+)
+def kill(broker_id: int, data_dir: Path, signal_name: str, no_wait: bool) -> None:
     """Send a signal to broker ID."""
-    from devcluster.cluster import LocalCluster
+    from devcluster.cluster import TERM_WAIT_S, LocalCluster
 
     with _runner_errors():
-        LocalCluster.load(data_dir, progress=_echo).kill(broker_id, signal_name.upper())
+        runner = LocalCluster.load(data_dir, progress=_echo)
+        runner.kill(broker_id, signal_name.upper(), term_wait_s=0 if no_wait else TERM_WAIT_S)
 
 
 @cluster.command()
@@ -272,14 +278,23 @@ def isolate(broker_id: int, data_dir: Path, heal: bool) -> None:
     type=click.FloatRange(min=1),
     default=60,
     show_default=True,
-    help="Seconds to wait for registration.",
+    help="Seconds to wait for registration (and, with --wait-in-sync, as long again for the ISR).",
 )
-def start(broker_id: int, data_dir: Path, timeout: float) -> None:
+@click.option(
+    "--wait-in-sync",
+    is_flag=True,
+    help="Then wait until the broker is back in the ISR of every partition it is a replica of "
+    "(what a preferred leader election needs).",
+)
+def start(broker_id: int, data_dir: Path, timeout: float, wait_in_sync: bool) -> None:
     """Restart a stopped or killed broker with its config and data."""
     from devcluster.cluster import LocalCluster
 
     with _runner_errors():
-        LocalCluster.load(data_dir, progress=_echo).start(broker_id, timeout=timeout)
+        runner = LocalCluster.load(data_dir, progress=_echo)
+        runner.start(broker_id, timeout=timeout)
+        if wait_in_sync:
+            runner.wait_in_sync(broker_id, timeout=timeout)
 
 
 @cluster.command()

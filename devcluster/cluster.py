@@ -38,13 +38,15 @@ from devcluster.netns import netns_available
 from devcluster.ports import HOST
 from devcluster.processes import SIGNALS, Processes, broker_marker, default_broker_command, zookeeper_marker
 from devcluster.state import STATE_FILE, BrokerState, ClusterState, new_state, read_state, write_state
-from devcluster.zookeeper import registered_ids, ruok, zk_session
+from devcluster.zookeeper import out_of_sync, registered_ids, ruok, zk_session
 
 log = logging.getLogger(__name__)
 
 
 #: How long a restarted broker's ports may take to come free (devcluster/ports.py check_port_free).
 PORT_RELEASE_WAIT_S = 5.0
+#: How long `cluster kill N --signal TERM` waits for the controlled shutdown and the exit.
+TERM_WAIT_S = 120.0
 
 
 class LocalCluster:
@@ -211,6 +213,7 @@ class LocalCluster:
             if not zk_up:
                 self._launcher.start_zookeeper(state)
                 zk_started = True
+            stale = self._launcher.registrations(state) if zk_up else {}
             for broker in to_start:
                 self._launcher.spawn_broker(broker, state)
                 started.append(broker.id)
@@ -219,7 +222,10 @@ class LocalCluster:
             self._progress(
                 f"waiting for {len(state.brokers)} brokers to register and a controller to be elected"
             )
-            self._launcher.wait_registered(state, sorted(state.brokers), timeout, need_controller=True)
+            stale = {i: owner for i, owner in stale.items() if i in {b.id for b in to_start}}
+            self._launcher.wait_registered(
+                state, sorted(state.brokers), timeout, need_controller=True, stale=stale
+            )
         except BaseException:
             self._roll_back(state, started, zk_started)
             raise
@@ -318,9 +324,12 @@ class LocalCluster:
         self._progress(f"cluster stopped; data kept in {self.data_dir}")
 
     # -- faults and restarts -------------------------------------------------------------------
-    def kill(self, broker_id: int, signal: str = "KILL") -> int:
+    def kill(self, broker_id: int, signal: str = "KILL", term_wait_s: float = TERM_WAIT_S) -> int:
         """Send SIGKILL, SIGTERM, SIGSTOP or SIGCONT to a broker's recorded pid; returns that pid.
-        After SIGKILL, waits (bounded) until the process is gone, so a status right after is true."""
+        After SIGKILL, waits (bounded) until the process is gone, so a status right after is true.
+        After SIGTERM, waits (up to ``term_wait_s``) for its controlled shutdown to end and the
+        process to exit, so a ``start`` right after starts it again instead of finding it still
+        running (the README's tour met that: "already running", and the broker then exited)."""
         name = signal.upper().removeprefix("SIG")
         if name not in SIGNALS:
             raise ClusterError(f"unknown signal {signal!r}: use one of {', '.join(SIGNALS)}")
@@ -331,6 +340,16 @@ class LocalCluster:
         self._progress(f"sent SIG{name} to broker {broker_id} (pid {broker.pid})")
         if name == "KILL" and not self._procs.wait_gone(broker.pid, 10):
             raise ClusterError(f"broker {broker_id} (pid {broker.pid}) still exists 10s after SIGKILL")
+        if name == "TERM" and term_wait_s > 0:
+            started = time.monotonic()
+            if not self._procs.wait_gone(broker.pid, term_wait_s):
+                raise ClusterError(
+                    f"broker {broker_id} (pid {broker.pid}) is still running {term_wait_s:g}s after SIGTERM; "
+                    f"`floodmark cluster kill {broker_id}` (SIGKILL) stops it at once"
+                )
+            self._progress(
+                f"broker {broker_id} exited after {time.monotonic() - started:.1f}s (controlled shutdown)"
+            )
         return broker.pid
 
     def pause_zookeeper(self) -> int:
@@ -397,10 +416,36 @@ class LocalCluster:
             )
         # a restart: the listeners of the broker's previous process may outlive it for a moment
         self._launcher.check_ports(state, [broker], zookeeper=False, wait_s=PORT_RELEASE_WAIT_S)
+        stale = self._launcher.registrations(state)  # a SIGKILLed broker's lingers for a session
         self._launcher.spawn_broker(broker, state)
         self._save()
-        self._launcher.wait_registered(state, [broker_id], timeout, need_controller=False)
+        self._launcher.wait_registered(state, [broker_id], timeout, need_controller=False, stale=stale)
         return broker.pid
+
+    def wait_in_sync(self, broker_id: int, timeout: float = 120.0) -> None:
+        """Wait (bounded) until the broker is in the ISR of every partition it is a replica of, as
+        an operator waits for no under-replicated partitions before a preferred election (which
+        refuses a preferred replica outside the ISR: PREFERRED_LEADER_NOT_AVAILABLE). Progress
+        every 10 s; ClusterError naming what is still out of sync when time is up."""
+        state = self._require_state()
+        started = time.monotonic()
+        report_at = started + 10.0
+        with zk_session(state.zookeeper.port) as client:
+            while missing := out_of_sync(client, broker_id):
+                now = time.monotonic()
+                if now - started >= timeout:
+                    shown = ", ".join(missing[:5]) + (
+                        f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                    )
+                    raise ClusterError(
+                        f"broker {broker_id} is still out of the ISR of {len(missing)} partition(s) "
+                        f"after {timeout:g}s: {shown}"
+                    )
+                if now >= report_at:
+                    self._progress(f"broker {broker_id}: {len(missing)} partition(s) still catching up")
+                    report_at = now + 10.0
+                time.sleep(POLL_S)
+        self._progress(f"broker {broker_id} is in the ISR of all its partitions")
 
     def wait_registered(self, broker_id: int, registered: bool = True, timeout: float = 30.0) -> None:
         """Wait (bounded) until ``/brokers/ids/<id>`` exists (or, with registered=False, is gone,

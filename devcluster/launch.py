@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from devcluster.zookeeper import (
     ZooKeeperProcess,
     ZooKeeperUnavailable,
     controller_of,
-    registered_ids,
+    registration_owners,
     ruok,
     zk_session,
 )
@@ -107,11 +107,29 @@ class Launcher:
         broker.pid = self.procs.track(popen)
         broker.started_at = time.time()
 
+    def registrations(self, state: ClusterState) -> dict[int, int]:
+        """The sessions owning the brokers' registrations now (taken before a start, so a stale
+        registration of a killed process is not mistaken for the new one's)."""
+        from kazoo.exceptions import KazooException
+
+        try:
+            with zk_session(state.zookeeper.port, timeout=5.0) as client:
+                return registration_owners(client)
+        except (ClusterError, KazooException):
+            return {}
+
     def wait_registered(
-        self, state: ClusterState, broker_ids: list[int], timeout: float, need_controller: bool
+        self,
+        state: ClusterState,
+        broker_ids: list[int],
+        timeout: float,
+        need_controller: bool,
+        stale: Mapping[int, int] | None = None,
     ) -> None:
         """Until every broker in ``broker_ids`` is registered (and, with ``need_controller``, one is
         the controller); ClusterError, with the broker's last lines, when one exits or time is up.
+        A registration still owned by the session in ``stale`` (the one before this start: a
+        SIGKILLed broker's lingers until its session expires) does not count.
         The bound is ``timeout`` plus what the brokers' logs take to load (:func:`log_load_allowance`),
         and every ``STILL_STARTING_EVERY_S`` a broker still starting is reported with its last line."""
         from kazoo.exceptions import KazooException
@@ -124,7 +142,8 @@ class Launcher:
                 for broker_id in broker_ids:
                     self._check_not_exited(state.brokers[broker_id])
                 try:
-                    registered = registered_ids(client)
+                    owners = registration_owners(client)
+                    registered = {i for i, owner in owners.items() if owner != (stale or {}).get(i)}
                     controller_id, _ = controller_of(client) if need_controller else (0, None)
                 except KazooException:
                     registered, controller_id = set(), None

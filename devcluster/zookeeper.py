@@ -20,8 +20,20 @@ from typing import Any
 
 from devcluster.errors import ClusterError
 from devcluster.ports import HOST
-from zk.data import decode_controller, decode_controller_epoch
-from zk.paths import BROKER_IDS_PATH, CONTROLLER_EPOCH_PATH, CONTROLLER_PATH
+from zk.data import (
+    decode_controller,
+    decode_controller_epoch,
+    decode_partition_state,
+    decode_topic_assignment,
+)
+from zk.paths import (
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    partition_state_path,
+    topic_path,
+)
 
 JAR_DIR = Path("/usr/share/java")
 JARS = (
@@ -184,6 +196,18 @@ def registered_ids(client: Any) -> set[int]:
         return set()
 
 
+def registration_owners(client: Any) -> dict[int, int]:
+    """Each registered broker id -> the session that owns its ephemeral ``/brokers/ids/<id>``: a
+    broker SIGKILLed a moment ago is still "registered" under its dead session until that expires."""
+    from kazoo.exceptions import NoNodeError
+
+    owners: dict[int, int] = {}
+    for broker_id in registered_ids(client):
+        with suppress(NoNodeError):
+            owners[broker_id] = client.exists(f"{BROKER_IDS_PATH}/{broker_id}").ephemeralOwner
+    return owners
+
+
 def controller_of(client: Any) -> tuple[int | None, int | None]:
     """(controller broker id, controller epoch) as ZooKeeper holds them; None where missing."""
     from kazoo.exceptions import NoNodeError
@@ -194,3 +218,32 @@ def controller_of(client: Any) -> tuple[int | None, int | None]:
     with suppress(NoNodeError, ValueError):
         epoch = decode_controller_epoch(client.get(CONTROLLER_EPOCH_PATH)[0])
     return controller_id, epoch
+
+
+def out_of_sync(client: Any, broker_id: int) -> list[str]:
+    """The partitions (``topic-p``) that list ``broker_id`` as a replica but not in their ISR,
+    as ZooKeeper holds them (``/brokers/topics/<t>`` and each partition's state znode); a
+    partition without a state yet counts as out of sync."""
+    from kazoo.exceptions import NoNodeError
+
+    missing: list[str] = []
+    try:
+        topics = sorted(client.get_children(BROKER_TOPICS_PATH))
+    except NoNodeError:
+        return missing
+    for topic in topics:
+        try:
+            assignment = decode_topic_assignment(client.get(topic_path(topic))[0])
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue  # being deleted, or being written
+        for partition, replicas in sorted(assignment.items()):
+            if broker_id not in replicas:
+                continue
+            try:
+                data, stat = client.get(partition_state_path(topic, partition))
+                isr = decode_partition_state(data, stat.version).leader_and_isr.isr
+            except (NoNodeError, ValueError, KeyError, TypeError):
+                isr = ()
+            if broker_id not in isr:
+                missing.append(f"{topic}-{partition}")
+    return missing

@@ -171,6 +171,16 @@ def test_cluster_up_three_brokers(cluster_dir: Path) -> None:
     )
     assert sorted(b["name"] for b in json.loads(listing.stdout)["brokers"]) == kafka.split(",")
 
+    # kill -9 and start at once: the dead process's registration lingers for a session timeout,
+    # and start returns only when the new process has registered (it once took the old one's)
+    with zk_session(zk_port) as client:
+        old_owner = client.exists(f"/brokers/ids/{victim}").ephemeralOwner
+    invoke("cluster", "kill", str(victim), "--data-dir", str(cluster_dir))
+    invoke("cluster", "start", str(victim), "--data-dir", str(cluster_dir), "--timeout", "60")
+    with zk_session(zk_port) as client:
+        stat = client.exists(f"/brokers/ids/{victim}")
+    assert stat is not None and stat.ephemeralOwner != old_owner, "start returned on the dead process's registration"
+
     # down: every process gone, data kept, state says stopped
     pids = [b["pid"] for b in cli_status(cluster_dir)["brokers"]] + [status["zookeeper"]["pid"]]
     invoke("cluster", "down", "--data-dir", str(cluster_dir))
