@@ -15,6 +15,8 @@ The rule, per log dir (:class:`LogDirSpace`, sans-IO: figures and times in, deci
 * the dir goes *below its floor* when a measurement finds fewer usable bytes than the floor, and
   comes back only when one finds at least :func:`resume_threshold` (the floor plus a tenth of
   it, at least 1 MiB): the hysteresis that keeps it from flapping on every segment deleted;
+* a measurement that fails (``statvfs`` raises) leaves the dir with no floor until one succeeds,
+  so a dir below its floor comes back (a failing disk is KIP-112's to handle, not this rule's);
 * between measurements the usable bytes are estimated as the last measurement minus the bytes
   appended since (no syscall per append); when this broker's own appends bring the estimate
   under the floor, the dir is measured at once, before anything is refused.
@@ -157,6 +159,15 @@ class LogDirSpace:
             return Transition(self.log_dir, True, usage, self.floor)
         return None
 
+    def unmeasurable(self, now_ms: int) -> Transition | None:
+        """A measurement failed: no floor until one succeeds. A dir below its floor comes back
+        (the transition returned): the refusal rested on a floor it no longer has."""
+        self.floor, self.measured_at_ms, self.appended_since = 0, now_ms, 0
+        if not self.below:
+            return None
+        self.below = False
+        return Transition(self.log_dir, False, self.usage, self.floor)
+
     def view(self) -> LogDirSpaceView:
         u = self.usage
         return LogDirSpaceView(
@@ -267,9 +278,14 @@ class DiskSpaceMonitor:
         except OSError as exc:
             # Unreadable (the dir is gone or its filesystem fails): no floor until a measurement
             # succeeds; a failing disk is KIP-112's to handle, not this rule's.
-            log.warning("cannot measure the free space of log dir %s: %s", space.log_dir, exc)
-            space.floor, space.measured_at_ms, space.appended_since = 0, now, 0
-            return None
+            transition = space.unmeasurable(now)
+            log.warning(
+                "cannot measure the free space of log dir %s: %s; no floor until a measurement succeeds%s",
+                space.log_dir,
+                exc,
+                "; appends and fetches resume" if transition is not None else "",
+            )
+            return transition
         transition = space.measured(usage, now)
         if transition is not None:
             _log_transition(transition)

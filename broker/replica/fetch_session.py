@@ -17,10 +17,15 @@ broker's CPU (issue 25). With a session:
   since (an append, a high watermark move, a leadership change: whatever wakes a parked fetch). A
   partition is *clean* once a read found the follower caught up to the leader's LEO, in the ISR
   with no ISR change pending and no error; it then needs no read until it is touched. The follower
-  was caught up at every fetch of the session meanwhile: when the partition is touched, its
-  :class:`~broker.replica.partition.RemoteReplica` records the session's last fetch as a fetch
-  of its own (``clean_in``, ``settle_session``), before the leader's LEO moves, so the lag rules
-  (``replica.lag.time.max.ms``) see what they would have seen had every fetch read it.
+  was caught up at every fetch of the session meanwhile (Kafka reads every partition of an
+  incremental session at each fetch, so each one moves the follower's ``lastCaughtUpTimeMs``).
+  The session settles that credit (its :class:`~broker.replica.partition.RemoteReplica` records
+  the session's last fetch as a fetch of its own: ``clean_in``, ``settle_session``) whenever the
+  session stops covering the partition clean, at the last fetch that did cover it: when the
+  partition is touched (before the leader's LEO moves), when its entry changes, when the
+  follower forgets it, and when the session is evicted, replaced or closed. So the lag rules
+  (``replica.lag.time.max.ms``) see what they would have seen had every fetch read it: no
+  credit is lost, and no fetch that did not cover the partition gives it any.
 
 A wrong session id is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH; the
 follower then starts a new session with a full fetch. Epoch -1 (Kafka's FINAL_EPOCH) is a
@@ -38,7 +43,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from broker.replica.partition import Partition
+from broker.replica.partition import Partition, RemoteReplica
 from client.protocol.errors import ErrorCode
 from client.types import TopicPartition
 
@@ -83,6 +88,8 @@ class FetchSession:
         self.epoch = next_epoch(INITIAL_EPOCH)  # what the next incremental FETCH must carry
         self.partitions: dict[TopicPartition, CachedPartition] = {}
         self.dirty: set[TopicPartition] = set()  # to read at the next fetch
+        #: the followers' replicas clean in this session (RemoteReplica.clean_in is this session)
+        self.clean: dict[TopicPartition, RemoteReplica] = {}
         self.last_fetch_ms = now_ms  # RemoteReplica.settle_session reads it
         self.last_used_ms = now_ms
         #: evicted, or replaced by the follower's new session: a fetch of it still parked (its
@@ -93,6 +100,15 @@ class FetchSession:
     def key(self) -> Hashable:
         """The fetch purgatory key a parked FETCH of this session waits on."""
         return ("fetch-session", self.id)
+
+    def settle(self, tp: TopicPartition) -> None:
+        """``tp`` is no longer clean in this session (touched, its entry changed or forgotten, or
+        the session gone): its follower was caught up at the session's last fetch, which did not
+        read it; record that fetch as read (RemoteReplica.settle_session). Called before the
+        session's fetch time moves on, so no later fetch counts."""
+        replica = self.clean.pop(tp, None)
+        if replica is not None and replica.clean_in is self:
+            replica.settle_session()
 
     def to_read(self) -> dict[TopicPartition, dict]:
         """The request entries of the dirty partitions: what this fetch reads (nothing once closed:
@@ -160,9 +176,12 @@ class FetchSessionCache:
         return session
 
     def remove(self, session: FetchSession) -> None:
+        """Evicted, replaced or closed: its clean partitions are settled as of its last fetch."""
         if self._sessions.pop(session.id, None) is None:
             return
         session.closed = True
+        for tp in list(session.clean):
+            session.settle(tp)
         for tp in session.partitions:
             self._release(session, tp)
 
@@ -187,14 +206,15 @@ class FetchSessionCache:
         session: FetchSession,
         requested: dict[TopicPartition, dict],
         forgotten: Iterable[TopicPartition],
-    ) -> list[TopicPartition]:
-        """Apply a request's entries and forgotten partitions; every entry that is new or changed
-        becomes dirty. Returns the partitions whose entries changed (to settle before reading)."""
+    ) -> None:
+        """Apply a request's entries and forgotten partitions, before :meth:`use` (so a clean one
+        is settled as of the session's previous fetch, the last that covered it); every entry
+        that is new or changed becomes dirty."""
         for tp in forgotten:
             if session.partitions.pop(tp, None) is not None:
+                session.settle(tp)
                 session.dirty.discard(tp)
                 self._release(session, tp)
-        changed = []
         for tp, fetch in requested.items():
             cached = session.partitions.get(tp)
             if cached is None:
@@ -204,9 +224,8 @@ class FetchSessionCache:
                 cached.fetch = fetch
             else:
                 continue
+            session.settle(tp)
             session.dirty.add(tp)
-            changed.append(tp)
-        return changed
 
     def holding(self, tp: TopicPartition) -> Iterable[FetchSession]:
         """The sessions that hold ``tp``."""
@@ -239,11 +258,10 @@ class FetchContext:
         return results if self.session is None else self.session.answer(results, self.full)
 
 
-def fetch_context(
-    cache: FetchSessionCache, body: dict, now_ms: int, partitions: Mapping[TopicPartition, Partition]
-) -> FetchContext:
-    """Kafka's FetchManager.newContext. A clean partition whose entry changed is settled
-    (:func:`settle_clean_partition`) before the session's fetch time moves to ``now_ms``."""
+def fetch_context(cache: FetchSessionCache, body: dict, now_ms: int) -> FetchContext:
+    """Kafka's FetchManager.newContext. A clean partition whose entry changed or that is
+    forgotten, and every clean partition of a session this fetch replaces or closes, is settled
+    (:meth:`FetchSession.settle`) before the session's fetch time moves to ``now_ms``."""
     replica_id = body["replica_id"]
     session_id, epoch = body.get("session_id", INVALID_SESSION_ID), body.get("session_epoch", FINAL_EPOCH)
     requested = {(t["topic"], p["partition"]): p for t in body["topics"] for p in t["partitions"]}
@@ -262,19 +280,9 @@ def fetch_context(
     if epoch != old.epoch:
         return FetchContext({}, error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     forgotten = [(t["topic"], p) for t in body.get("forgotten_topics", ()) for p in t["partitions"]]
-    for tp in cache.update(old, requested, forgotten):
-        settle_clean_partition(partitions.get(tp), old)
+    cache.update(old, requested, forgotten)
     cache.use(old, now_ms)
     return FetchContext(requested, old, full=False)
-
-
-def settle_clean_partition(partition: Partition | None, session: FetchSession) -> None:
-    """``partition`` is no longer clean in ``session`` (touched, or its entry changed): its follower
-    was caught up at the session's last fetch, which did not read it; record that fetch as read
-    (RemoteReplica.settle_session)."""
-    replica = partition.remote_replicas.get(session.replica_id) if partition is not None else None
-    if replica is not None and replica.clean_in is session:
-        replica.settle_session()
 
 
 def mark_clean(
@@ -303,10 +311,11 @@ def mark_clean(
         if replica is None or replica.log_end_offset < result.log_end_offset:
             continue
         session.dirty.discard(tp)
+        session.clean[tp] = replica
         replica.clean_in = session
 
 
-def touch(cache: FetchSessionCache, tp: TopicPartition, partition: Partition | None) -> list[Hashable]:
+def touch(cache: FetchSessionCache, tp: TopicPartition) -> list[Hashable]:
     """Something a fetch of ``tp`` answers changed: each session holding it reads it at its next
     fetch (settled first if it was clean). Returns the sessions' purgatory keys, whose parked
     fetches may now complete."""
@@ -314,7 +323,7 @@ def touch(cache: FetchSessionCache, tp: TopicPartition, partition: Partition | N
     for session in cache.holding(tp):
         if tp not in session.dirty:
             session.dirty.add(tp)
-            settle_clean_partition(partition, session)
+            session.settle(tp)
         keys.append(session.key)
     return keys
 

@@ -57,8 +57,10 @@ class RemoteReplica:
     #: KIP-227 (broker/replica/fetch_session.py): the follower's fetch session while this
     #: partition is clean in it, i.e. the follower was caught up when the session last read it and
     #: nothing changed here since: each fetch of the session finds it caught up without reading
-    #: it. Whatever changes the leader's LEO touches the partition first, which settles it, so
-    #: the lag rules see the follower as caught up at the session's last fetch.
+    #: it. The session settles it whenever it stops covering the partition clean (a touch, which
+    #: comes before the leader's LEO moves; a changed entry; the follower forgetting it; the
+    #: session evicted, replaced or closed), before its fetch time moves on, so the lag rules see
+    #: the follower as caught up at the last fetch that covered the partition, and no later one.
     clean_in: SessionClock | None = field(default=None, repr=False, compare=False)
 
     def settle_session(self) -> None:

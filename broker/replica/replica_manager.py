@@ -230,7 +230,7 @@ class ReplicaManager:
         """After the ISR or the maximal ISR changed (an expand settled either way): the HW may move
         (it is the minimum LEO over the leader and the ISR, so a shrink can raise it), and parked
         acks=all requests may complete or fail below min.insync.replicas."""
-        touch(self.fetch_sessions, partition.key, partition)  # read at the sessions' next fetches
+        touch(self.fetch_sessions, partition.key)  # read at the sessions' next fetches
         log_ = self.get_log(partition.key)
         leads = log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader
         if leads and self.maybe_increment_high_watermark(partition, log_):
@@ -253,7 +253,7 @@ class ReplicaManager:
         fetches on it check whether they can complete, and each fetch session holding it reads it
         again at its next fetch (KIP-227; broker/replica/fetch_session.py)."""
         self.fetch_purgatory.check_and_complete(tp)
-        for key in touch(self.fetch_sessions, tp, self.partitions.get(tp)):
+        for key in touch(self.fetch_sessions, tp):
             self.fetch_purgatory.check_and_complete(key)
 
     # -- Produce ------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ class ReplicaManager:
         """Kafka's fetchMessages: read now, answer now or park in the fetch purgatory. A follower's
         fetch session (KIP-227) reads only its dirty partitions and answers only what changed."""
         replica_id = body["replica_id"]
-        context = fetch_context(self.fetch_sessions, body, self.time_ms(), self.partitions)
+        context = fetch_context(self.fetch_sessions, body, self.time_ms())
         if context.error_code != ErrorCode.NONE:
             respond({}, INVALID_SESSION_ID, context.error_code)
             return
