@@ -28,6 +28,7 @@ from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.replica_manager import ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
 from client.protocol.errors import ErrorCode, KafkaError
+from client.protocol.topic_id import random_uuid
 from client.types import TopicPartition
 from controller import preferred_election, topic_admin
 from controller.controller import KafkaController
@@ -329,7 +330,9 @@ class KafkaApis:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
             await topic_admin.check_file_budget(self.zk, assignment)  # create_topic checks it too
             return
-        await topic_admin.create_topic(self.zk, name, assignment, dict(spec["configs"]))
+        await topic_admin.create_topic(
+            self.zk, name, assignment, dict(spec["configs"]), random_uuid(self.rng.randbytes)
+        )
 
     def _topic_ready(self, topic: str) -> bool:
         partitions = self.metadata_cache.partitions.get(topic)

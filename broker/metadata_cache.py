@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from client.protocol.api import NO_LEADER
 from client.protocol.errors import ErrorCode
+from client.protocol.topic_id import ZERO_UUID
 from zk.data import PLAINTEXT, BrokerInfo
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class MetadataCache:
         self.controller_id = NO_LEADER
         self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[str, dict[int, CachedPartition]] = {}
+        #: KIP-516: topic -> its id, as UpdateMetadata's partition states carry it
+        self.topic_ids: dict[str, str] = {}
 
     def update(self, body: dict) -> list[tuple[str, int]]:
         """Apply an UpdateMetadata body whose controller epoch the caller has checked
@@ -57,8 +60,11 @@ class MetadataCache:
                 self.partitions.get(topic, {}).pop(partition, None)
                 if not self.partitions.get(topic):
                     self.partitions.pop(topic, None)
+                    self.topic_ids.pop(topic, None)
                 changed.append((topic, partition))
                 continue
+            if state.get("topic_id", ZERO_UUID) != ZERO_UUID:
+                self.topic_ids[topic] = state["topic_id"]
             cached = CachedPartition(
                 leader=state["leader"],
                 leader_epoch=state["leader_epoch"],
@@ -148,6 +154,7 @@ class MetadataCache:
         return {
             "error_code": ErrorCode.NONE,
             "topic": topic,
+            "topic_id": self.topic_ids.get(topic, ZERO_UUID),
             "is_internal": topic.startswith("__"),
             "partitions": out,
         }

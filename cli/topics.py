@@ -281,7 +281,8 @@ def describe_text(
             rf = len(partitions[0].replicas) if partitions else 0
             overrides = ",".join(f"{k}={v}" for k, v in sorted(_configs(desc, configs).items()))
             lines.append(
-                f"Topic: {desc.name}\tTopicId: -\tPartitionCount: {len(partitions)}\t"
+                f"Topic: {desc.name}\tTopicId: {getattr(desc, 'topic_id', None) or '-'}\t"
+                f"PartitionCount: {len(partitions)}\t"
                 f"ReplicationFactor: {rf}\tConfigs: {overrides}"
             )
         for p in partitions:

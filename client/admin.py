@@ -34,6 +34,7 @@ from client.group_admin import ConsumerGroupsMixin
 from client.metadata import ClientRuntime, Cluster, parse_brokers, parse_topic
 from client.protocol.api import ApiKey
 from client.protocol.errors import RETRIABLE, ErrorCode, KafkaError
+from client.protocol.topic_id import ZERO_UUID
 from client.reassignments import PartitionReassignmentsMixin
 from client.types import (
     Config,
@@ -356,7 +357,14 @@ class AdminClient(ClusterAdminMixin, PartitionReassignmentsMixin, ConsumerGroups
         for t in body["topics"]:
             info = parse_topic(t, brokers)
             partitions = [info.partitions[i].description() for i in info.partition_ids]
-            found[info.name] = TopicDescription(info.name, partitions, info.error_code, info.is_internal)
+            topic_id = t.get("topic_id")
+            found[info.name] = TopicDescription(
+                info.name,
+                partitions,
+                info.error_code,
+                info.is_internal,
+                topic_id if topic_id and topic_id != ZERO_UUID else None,
+            )
         for name in wanted or ():
             if name not in found:
                 found[name] = TopicDescription(name, [], int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

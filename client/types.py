@@ -121,6 +121,8 @@ class TopicDescription:
     partitions: list[PartitionDescription]
     error_code: int = 0
     is_internal: bool = False
+    #: KIP-516: the topic's id (Kafka's Uuid text); None when the cluster reports none
+    topic_id: str | None = None
 
 
 @dataclass(frozen=True)

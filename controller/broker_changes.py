@@ -77,7 +77,9 @@ async def on_broker_startup(ctl: ControllerParts, new_ids: list[int]) -> None:
     # 1. everyone learns the new live-broker list; the new brokers get the whole metadata
     ctl.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids - set(new_ids), [])
     ctl.batch.add_update_metadata(new_ids, ctx.all_partitions())
-    # 2. their replicas are online: each gets its partition's leadership
+    # 2. their replicas are online: each gets its partition's leadership, in a first LeaderAndIsr
+    # that names all they host (KIP-516: a log of anything else is a stray, deleted)
+    ctl.batch.add_full_leader_and_isr(new_ids)
     replicas = [
         r for r in ctx.replicas_on_brokers(new_ids) if not ctx.is_topic_queued_for_deletion(r.tp.topic)
     ]

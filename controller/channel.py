@@ -25,11 +25,17 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from client.connection import BrokerConnection, ConnectionFactory
-from client.protocol.api import ApiKey, InvalidBody
+from client.protocol.api import ApiKey, ControlRequestType, InvalidBody
 from client.protocol.errors import ErrorCode, KafkaError, error_name
 from client.types import TopicPartition
 from controller.context import ControllerContext
-from zk.data import LEADER_DURING_DELETE, PLAINTEXT, BrokerInfo, LeaderIsrAndControllerEpoch
+from controller.request_bodies import (
+    LeaderAndIsrEntry,
+    hosted_topics,
+    leader_and_isr_body,
+    update_metadata_body,
+)
+from zk.data import PLAINTEXT, BrokerInfo, LeaderIsrAndControllerEpoch
 
 log = logging.getLogger(__name__)
 
@@ -230,13 +236,6 @@ class ControllerChannelManager:
         await asyncio.gather(*(s.stop() for s in senders), *list(self._stopping), return_exceptions=True)
 
 
-@dataclass
-class _LeaderAndIsrEntry:
-    state: LeaderIsrAndControllerEpoch
-    replicas: list[int]
-    is_new: bool
-
-
 class ControllerBrokerRequestBatch:
     """Collects what each broker must be told during one step of an event; :meth:`send` sends it
     (and empties it), one LeaderAndIsr, one UpdateMetadata and one StopReplica (per delete flag)
@@ -261,14 +260,16 @@ class ControllerBrokerRequestBatch:
         self._leader_and_isr_callback = leader_and_isr_callback or (
             lambda b, r, _req: log_response_errors(b, r)
         )
-        self.leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = {}
+        self.leader_and_isr: dict[int, dict[TopicPartition, LeaderAndIsrEntry]] = {}
         self.elected: set[TopicPartition] = set()  # partitions whose leader an election chose
         self.update_metadata: dict[int, set[TopicPartition]] = {}
         self.stop_replica: dict[tuple[int, bool], dict[TopicPartition, None]] = {}
         self.stop_replica_callbacks: dict[tuple[int, bool], ResponseCallback] = {}
+        #: KIP-516: broker -> the ``hosted_topics`` of its next LeaderAndIsr, sent as FULL
+        self.full: dict[int, list[dict]] = {}
 
     def is_empty(self) -> bool:
-        return not (self.leader_and_isr or self.update_metadata or self.stop_replica)
+        return not (self.leader_and_isr or self.update_metadata or self.stop_replica or self.full)
 
     def clear(self) -> None:
         self.elected.clear()
@@ -276,6 +277,7 @@ class ControllerBrokerRequestBatch:
         self.update_metadata.clear()
         self.stop_replica.clear()
         self.stop_replica_callbacks.clear()
+        self.full.clear()
 
     def new_batch(self) -> None:
         if not self.is_empty():
@@ -302,10 +304,17 @@ class ControllerBrokerRequestBatch:
                 continue
             per_broker = self.leader_and_isr.setdefault(broker_id, {})
             previous = per_broker.get(tp)
-            per_broker[tp] = _LeaderAndIsrEntry(
+            per_broker[tp] = LeaderAndIsrEntry(
                 state, list(replicas), is_new or (previous is not None and previous.is_new)
             )
         self.add_update_metadata(self.context.live_or_shutting_down_broker_ids, [tp])
+
+    def add_full_leader_and_isr(self, broker_ids: Iterable[int]) -> None:
+        """Make the first LeaderAndIsr this batch sends each of ``broker_ids`` a FULL one (KIP-516):
+        its ``hosted_topics`` are what the context assigns the broker *now* (taken at a broker's
+        start-up and at failover, between events), and the broker deletes its logs of anything
+        else as strays; sent even without partition states (:func:`hosted_topics`)."""
+        self.full.update(hosted_topics(self.context, broker_ids))
 
     def add_update_metadata(self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition]) -> None:
         """Send ``partitions``' current state to ``broker_ids`` (an empty ``partitions`` still sends
@@ -367,19 +376,23 @@ class ControllerBrokerRequestBatch:
         in partition order; a broker applies each on its own, as Kafka's brokers do. StopReplica is not split: its entries are a name and a number,
         and topic deletion accounts for its answers per request
         (:class:`controller.topic_deletion.StopReplicaDeletionCallback`)."""
-        for broker_id, entries in sorted(self.leader_and_isr.items()):
+        for broker_id in sorted(set(self.leader_and_isr) | set(self.full)):
+            entries = self.leader_and_isr.get(broker_id, {})
             # elected partitions first: after a failover at scale a broker's states take many
             # requests, applied one after another, and a partition without a leader must not wait
             # behind thousands of ISR updates of partitions that have one
             ordered = sorted(entries.items(), key=lambda item: (item[0] not in self.elected, item[0]))
-            for chunk in _chunks(ordered, self.max_partitions):
-                body = self.leader_and_isr_body(controller_epoch, dict(chunk))
+            for i, chunk in enumerate(_chunks(ordered, self.max_partitions) or [[]]):
+                body = leader_and_isr_body(self, controller_epoch, dict(chunk))
                 body["broker_epoch"] = self._broker_epoch(broker_id)
+                if i == 0 and broker_id in self.full:  # KIP-516: the first says what it hosts
+                    body["type"] = ControlRequestType.FULL
+                    body["hosted_topics"] = self.full[broker_id]
                 callback = functools.partial(self._on_leader_and_isr, body=body)
                 yield broker_id, ApiKey.LEADER_AND_ISR, body, callback
         for broker_id, partitions in sorted(self.update_metadata.items()):
             for chunk in _chunks(sorted(partitions), self.max_partitions) or [[]]:
-                body = self.update_metadata_body(controller_epoch, chunk)
+                body = update_metadata_body(self, controller_epoch, chunk)
                 body["broker_epoch"] = self._broker_epoch(broker_id)
                 yield broker_id, ApiKey.UPDATE_METADATA, body, log_response_errors
         for (broker_id, delete), partitions in sorted(self.stop_replica.items()):
@@ -401,76 +414,6 @@ class ControllerBrokerRequestBatch:
         request addressed to an older incarnation of itself (STALE_BROKER_EPOCH)."""
         broker = self.context.live_brokers.get(broker_id)
         return broker.epoch if broker is not None else -1
-
-    def _partition_state(
-        self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, replicas: Sequence[int]
-    ) -> dict:
-        lai = state.leader_and_isr
-        return {
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "controller_epoch": state.controller_epoch,
-            "leader": lai.leader,
-            "leader_epoch": lai.leader_epoch,
-            "isr": list(lai.isr),
-            "zk_version": lai.zk_version,
-            "replicas": list(replicas),
-            "offline_replicas": [r for r in replicas if not self.context.is_replica_online(r, True, tp)],
-        }
-
-    def _reassignment_fields(
-        self, tp: TopicPartition, state: LeaderIsrAndControllerEpoch, replicas: Sequence[int]
-    ) -> dict:
-        """KIP-455's adding and removing replicas of a partition being reassigned."""
-        target = self.context.partitions_being_reassigned.get(tp)
-        if target is None:
-            return {"adding_replicas": [], "removing_replicas": []}
-        isr = state.leader_and_isr.isr
-        return {
-            "adding_replicas": [r for r in target if r not in isr],
-            "removing_replicas": [r for r in replicas if r not in target],
-        }
-
-    def leader_and_isr_body(
-        self, controller_epoch: int, entries: dict[TopicPartition, _LeaderAndIsrEntry]
-    ) -> dict:
-        leader_ids = {e.state.leader_and_isr.leader for e in entries.values()}
-        return {
-            "controller_id": self.controller_id,
-            "controller_epoch": controller_epoch,
-            "partition_states": [
-                {
-                    **self._partition_state(tp, e.state, e.replicas),
-                    "is_new": e.is_new,
-                    **self._reassignment_fields(tp, e.state, e.replicas),
-                }
-                for tp, e in sorted(entries.items())
-            ],
-            "live_leaders": [
-                b.wire(self.listener_name)
-                for b_id, b in sorted(self.context.live_brokers.items())
-                if b_id in leader_ids
-            ],
-        }
-
-    def update_metadata_body(self, controller_epoch: int, partitions: Iterable[TopicPartition]) -> dict:
-        states = []
-        for tp in sorted(partitions):
-            state = self.context.partition_leadership.get(tp)
-            if state is None:
-                continue
-            partition_state = self._partition_state(tp, state, self.context.replicas(tp))
-            if self.context.is_topic_queued_for_deletion(tp.topic):
-                partition_state["leader"] = LEADER_DURING_DELETE
-            states.append(partition_state)
-        return {
-            "controller_id": self.controller_id,
-            "controller_epoch": controller_epoch,
-            "partition_states": states,
-            "live_brokers": [
-                b.wire(self.listener_name) for _, b in sorted(self.context.live_brokers.items())
-            ],
-        }
 
 
 def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:

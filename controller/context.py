@@ -33,6 +33,9 @@ class ControllerContext:
     #: partitions being reassigned -> their target replicas (RAR), from /admin/reassign_partitions
     #: (controller/reassignment.py)
     partitions_being_reassigned: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    #: KIP-516: topic -> its id from /brokers/topics/<t> (Kafka's ControllerContext.topicIds);
+    #: a topic without one has none here until the controller has written it
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
     def reset(self) -> None:
         """Forget everything (on resignation); the epoch stays for the logs."""
@@ -44,6 +47,7 @@ class ControllerContext:
         self.topics_ineligible_for_deletion.clear()
         self.replicas_on_offline_dirs.clear()
         self.partitions_being_reassigned.clear()
+        self.topic_ids.clear()
 
     # -- brokers ----------------------------------------------------------------------------------
     @property
@@ -111,6 +115,7 @@ class ControllerContext:
             self.partition_leadership.pop(tp, None)
             self.partitions_being_reassigned.pop(tp, None)
         self.assignments.pop(topic, None)
+        self.topic_ids.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
         self.topics_ineligible_for_deletion.discard(topic)
 

@@ -9,16 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from controller import isr_change_notifications, preferred_election, reassignment, topic_deletion
+from controller import isr_change_notifications, preferred_election, reassignment, topic_deletion, topic_ids
 from controller.channel import ControllerChannelManager
 from controller.event_manager import PreferredReplicaElection
 from controller.parts import ControllerParts
 from zk.batch import get_partition_states, windowed
 from zk.client import create_persistent_paths, get_broker
-from zk.data import (
-    BrokerInfo,
-    decode_topic_assignment,
-)
+from zk.data import BrokerInfo
 from zk.paths import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
@@ -27,7 +24,6 @@ from zk.paths import (
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
-    topic_path,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +59,8 @@ async def on_controller_failover(ctl: ControllerParts) -> None:
     # 8. the state machines: every live replica learns its leadership; New and Offline partitions get leaders
     # (their first writes start from the states just read: docs/design.md "The controller at scale")
     with ctl.partition_state_machine.trusting_context():
+        # KIP-516: each live broker's first LeaderAndIsr names all it hosts; it drops its strays
+        ctl.batch.add_full_leader_and_isr(ctl.context.live_brokers)
         await ctl.replica_state_machine.startup()
         await ctl.partition_state_machine.startup()
         # what the elections decided goes out now (each broker's elected partitions first), as
@@ -122,5 +120,6 @@ async def read_live_brokers(ctl: ControllerParts) -> dict[int, BrokerInfo]:
 
 
 async def read_assignment(ctl: ControllerParts, topic: str) -> dict[int, list[int]] | None:
-    got = await ctl.zk.get(topic_path(topic), watch=ctl.topic_watcher(topic))
-    return None if got is None else decode_topic_assignment(got[0])
+    """The topic's assignment, watched; its id (KIP-516) goes in the context, assigned first if
+    the znode has none (:func:`controller.topic_ids.read_topic`)."""
+    return await topic_ids.read_topic(ctl, topic)

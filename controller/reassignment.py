@@ -3,24 +3,35 @@ walks step by step; the request comes from ``floodmark reassign --execute``,
 kafka-reassign-partitions.sh, through /admin/reassign_partitions). docs/design.md "Partition
 reassignment" explains the choices, docs/guarantees.md "Reassignment" what it guarantees.
 
+Which phase runs is decided from the ISR in the partition's state znode, read each time (Kafka's
+isReassignmentComplete), never from the controller's cached ISR: a leader writes its ISR changes
+to that znode itself and tells the controller only through /isr_change_notification, seconds
+later, so the cache may still list a replica the leader has already taken out.
+
 For a partition with assigned replicas OAR moving to RAR:
 
 * phase 1, while some replica of RAR is not in the ISR: (1) AR = OAR + RAR in ZooKeeper,
   (2) the leader epoch bumped and LeaderAndIsr with that AR to every replica, (3) the replicas of
-  RAR - OAR go NewReplica (they start following). Then it waits: each write of the partition's
-  state znode fires a watch (Kafka's PartitionReassignmentIsrChangeHandler), and the event
-  :class:`~controller.event_manager.PartitionReassignmentIsrChange` checks the ISR again.
+  RAR not started yet go NewReplica (they start following). Then it waits: each write of the
+  partition's state znode fires a watch (Kafka's PartitionReassignmentIsrChangeHandler), and the
+  event :class:`~controller.event_manager.PartitionReassignmentIsrChange` checks the ISR again.
 * phase 2, once RAR is in the ISR: (5) RAR OnlineReplica, (6) AR = RAR in memory, (7) a leader
   from RAR when the current one is not in it or not alive (else the leader epoch is bumped so the
-  leader learns the new AR), (8) OAR - RAR leave the ISR (one write) and go OfflineReplica
-  (StopReplica), (9) then NonExistentReplica (StopReplica with delete: the broker removes the
-  log), (10) AR = RAR in ZooKeeper, (11) the partition leaves /admin/reassign_partitions (the
-  znode is deleted when empty), (12) UpdateMetadata to every broker.
+  leader learns the new AR), (8) OAR - RAR leave the ISR (one write, conditional on the version
+  of a state whose ISR holds all of RAR: if the leader took a target replica out meanwhile, the
+  move goes back to phase 1's wait), and go OfflineReplica (StopReplica), (9) then
+  NonExistentReplica (StopReplica with delete: the broker removes the log), (10) AR = RAR in
+  ZooKeeper, (11) the partition leaves /admin/reassign_partitions (the znode is deleted when
+  empty), (12) UpdateMetadata to every broker.
 
-ZooKeeper holds AR = OAR + RAR until step 10, so a controller that dies on the way leaves a
-state its successor finishes (failover step 12 re-runs every partition in the znode); a broker
-that comes back re-runs the partitions moving onto it (onBrokerStartup), so a move to a broker
-that died waits for it. Every step is safe to run twice.
+ZooKeeper holds AR = OAR + RAR until step 10, and the request stays in /admin/reassign_partitions
+until step 11, so a controller that dies on the way leaves a state its successor finishes
+(failover step 12 re-runs every partition in the znode). A partition in the znode is being
+reassigned whatever its AR (Kafka 2.4+ keeps adding_replicas in the topic znode for this, its
+ReplicaAssignment.isBeingReassigned): after step 1 of a move that only adds replicas, AR already
+equals RAR, and the move is still waiting for them. A broker that comes back re-runs the
+partitions moving onto it (onBrokerStartup), so a move to a broker that died waits for it.
+Every step is safe to run twice.
 """
 
 from __future__ import annotations
@@ -40,11 +51,13 @@ from controller.replica_state_machine import ReplicaState
 from zk.bridge import DeleteOp, SetDataOp
 from zk.client import fenced_multi
 from zk.data import (
+    LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PartitionReplica,
     decode_partition_state,
     decode_reassignment,
     decode_topic_assignment,
+    decode_topic_id,
     encode_reassignment,
     encode_topic_assignment,
 )
@@ -94,9 +107,9 @@ async def handle_isr_change(ctl: ControllerParts, event: PartitionReassignmentIs
     ctl.context.partition_leadership[tp] = state
     target = ctl.context.partitions_being_reassigned[tp]
     caught_up = [r for r in target if r in state.leader_and_isr.isr]
-    if len(caught_up) == len(target):
+    if is_reassignment_complete(state, target):
         log.info("%s/%s replicas of %s caught up; resuming its reassignment", len(caught_up), len(target), tp)
-        await on_partition_reassignment(ctl, tp)
+        await on_partition_reassignment(ctl, tp, state)
     else:
         log.info(
             "%s/%s replicas of %s caught up; %s still catching up",
@@ -126,7 +139,6 @@ async def maybe_trigger_partition_reassignment(
             continue
         ctx.partitions_being_reassigned[tp] = list(target)
         try:
-            await read_state_and_watch(ctl, tp)  # the ISR change watch first, then the steps
             await on_partition_reassignment(ctl, tp)
         except BaseException:
             # not started: the event's retry sees it as new and runs the (repeatable) steps again
@@ -144,8 +156,10 @@ def _refusal(ctl: ControllerParts, tp: TopicPartition, target: Sequence[int]) ->
         return f"partition {tp} does not exist"
     if not target or len(set(target)) != len(target):
         return f"invalid target replicas {list(target)}"
-    if ctx.replicas(tp) == list(target):
-        return f"partition {tp} is already assigned to {list(target)}"
+    # AR equal to the target is no reason to drop it: after step 1 of a move that only adds
+    # replicas, AR is the target, and the move waits for them (Kafka resumes it, from the
+    # topic znode's adding_replicas); a request for the assignment as it is completes at once
+    # when its replicas are in the ISR, as in Kafka
     return None
 
 
@@ -161,23 +175,42 @@ async def resume_reassignments_for_brokers(ctl: ControllerParts, broker_ids: Ite
 # -- the procedure --------------------------------------------------------------------------------
 
 
-async def on_partition_reassignment(ctl: ControllerParts, tp: TopicPartition) -> None:
+def is_reassignment_complete(state: LeaderIsrAndControllerEpoch | None, target: Sequence[int]) -> bool:
+    """Kafka's isReassignmentComplete: every target replica is in the ISR of the state znode
+    (``state``, as just read from ZooKeeper; None when the znode is missing)."""
+    return state is not None and not missing_from_isr(state.leader_and_isr, target)
+
+
+def missing_from_isr(lai: LeaderAndIsr, target: Sequence[int]) -> list[int]:
+    """The target replicas that are not in ``lai``'s ISR."""
+    return [r for r in target if r not in lai.isr]
+
+
+async def on_partition_reassignment(
+    ctl: ControllerParts, tp: TopicPartition, state: LeaderIsrAndControllerEpoch | None = None
+) -> None:
+    """Phase 1 or phase 2, decided from the state znode: ``state`` when the caller has just read
+    it (and set the watch), else read here, which also (re)sets the ISR change watch."""
     ctx = ctl.context
     target = ctx.partitions_being_reassigned[tp]
-    leadership = ctx.partition_leadership.get(tp)
-    isr = leadership.leader_and_isr.isr if leadership is not None else ()
-    if not all(r in isr for r in target):
+    if state is None:
+        state = await read_state_and_watch(ctl, tp)
+        if state is not None:
+            ctx.partition_leadership[tp] = state
+    if not is_reassignment_complete(state, target):
         await _start_new_replicas(ctl, tp, target)
     else:
         await _complete_reassignment(ctl, tp, target)
 
 
 async def _start_new_replicas(ctl: ControllerParts, tp: TopicPartition, target: list[int]) -> None:
-    """Steps 1-3; then the wait for the ISR."""
-    ctx = ctl.context
+    """Steps 1-3; then the wait for the ISR. Step 3 starts the target replicas this controller
+    has not started yet (NonExistentReplica): when step 1 ran before (a retry, a failover),
+    AR already holds them and tells nothing of which are new."""
+    ctx, rsm = ctl.context, ctl.replica_state_machine
     current = ctx.replicas(tp)
     new_and_old = current + [r for r in target if r not in current]
-    new_replicas = [r for r in target if r not in current]
+    new_replicas = [r for r in target if rsm.state(PartitionReplica(tp, r)) is ReplicaState.NON_EXISTENT]
     await update_assigned_replicas(ctl, tp, new_and_old)  # 1
     await update_leader_epoch_and_send(ctl, tp, new_and_old, new_and_old, step=2)  # 2
     await ctl.replica_state_machine.handle_state_changes(  # 3
@@ -204,7 +237,15 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         if not await _move_leader_if_required(ctl, tp, target, old_and_new):  # 7
             ctx.set_replicas(tp, old_and_new)
             return  # no target replica can lead yet: a later ISR change or broker start-up retries
-        await _remove_old_replicas_from_isr(ctl, tp, target)  # 8 (the ISR)
+        decided_on = await _remove_old_replicas_from_isr(ctl, tp, target)  # 8 (the ISR)
+        if decided_on is None:
+            # the leader took a target replica out of the ISR since the decision: back to the
+            # wait of phase 1, every replica of OAR + RAR told the wide AR again (the watch,
+            # set by the decision's read, brings the move back here once the ISR holds RAR)
+            ctx.set_replicas(tp, old_and_new)
+            await update_leader_epoch_and_send(ctl, tp, old_and_new, old_and_new, step=2)
+            log.info("reassignment of %s to %s: a target replica left the ISR; waiting again", tp, target)
+            return
         olds = [
             PartitionReplica(tp, r)
             for r in old
@@ -226,7 +267,7 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
     await remove_partitions_from_reassignment(ctl, [tp])
     ctx.partitions_being_reassigned.pop(tp, None)
     ctl.batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])  # 12
-    lai = ctx.partition_leadership[tp].leader_and_isr
+    lai = decided_on.leader_and_isr
     ctl.record(
         "reassignment_completed",
         topic=tp.topic,
@@ -234,7 +275,10 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         replicas=target,
         removed=old,
         leader=lai.leader,
+        # the state znode's ISR when the old replicas left it (written, or read and left as it
+        # was), with its zkVersion: it holds every target replica (sim/reassignment_isr.py)
         isr=list(lai.isr),
+        zk_version=lai.zk_version,
     )
     log.info("reassignment of %s to %s completed", tp, target)
     if ctx.is_topic_queued_for_deletion(tp.topic):
@@ -262,11 +306,20 @@ async def _move_leader_if_required(
     return True
 
 
-async def _remove_old_replicas_from_isr(ctl: ControllerParts, tp: TopicPartition, target: list[int]) -> None:
-    """Step 8's ZooKeeper half in one write: the ISR keeps only target replicas."""
+async def _remove_old_replicas_from_isr(
+    ctl: ControllerParts, tp: TopicPartition, target: list[int]
+) -> LeaderIsrAndControllerEpoch | None:
+    """Step 8's ZooKeeper half in one write: the ISR keeps only target replicas, written
+    conditionally on the version of a state whose ISR holds every target replica. Returns that
+    state (as written, or as read when there was nothing to remove), or None when the ISR lacks
+    a target replica: the leader shrank it after the completion was decided."""
+    short: list[int] = []
 
     def compute(_: TopicPartition, current: LeaderIsrAndControllerEpoch) -> ElectionOutcome:
         lai = current.leader_and_isr
+        short[:] = missing_from_isr(lai, target)
+        if short:
+            return ElectionOutcome(None, reason=f"target replicas {short} are not in the ISR")
         kept = [r for r in lai.isr if r in target]
         if len(kept) == len(lai.isr) or lai.leader not in kept:
             return ElectionOutcome(None, reason="nothing to remove")
@@ -275,13 +328,17 @@ async def _remove_old_replicas_from_isr(ctl: ControllerParts, tp: TopicPartition
         )
 
     written, _, failed = await ctl.partition_state_machine.update_leader_and_isr([tp], compute)
-    if tp in failed:
+    if tp in failed and not short:
         raise RuntimeError(f"cannot remove the old replicas of {tp} from its ISR: {failed[tp]}")
-    if tp in written:
-        state = written[tp][0]
-        live = ctl.context.live_replicas(tp, include_shutting_down=True)
-        ctl.batch.add_leader_and_isr(live, tp, state, target)
-        _record_step(ctl, tp, step=8)
+    if short:
+        return None
+    if tp not in written:
+        return ctl.context.partition_leadership[tp]  # as read: the ISR holds only target replicas
+    state = written[tp][0]
+    live = ctl.context.live_replicas(tp, include_shutting_down=True)
+    ctl.batch.add_leader_and_isr(live, tp, state, target)
+    _record_step(ctl, tp, step=8)
+    return state
 
 
 async def update_leader_epoch_and_send(
@@ -359,7 +416,7 @@ async def update_assigned_replicas(ctl: ControllerParts, tp: TopicPartition, rep
         assignment = decode_topic_assignment(got[0])
         if assignment.get(tp.partition) != list(replicas):
             assignment[tp.partition] = list(replicas)
-            data = encode_topic_assignment(assignment)
+            data = encode_topic_assignment(assignment, decode_topic_id(got[0]))  # KIP-516: keep the id
             try:
                 await fenced_multi(
                     ctl.zk, ctl.context.epoch_zk_version, [SetDataOp(path, data, got[1].version)]

@@ -33,10 +33,17 @@ from collections.abc import Collection, Mapping, Sequence
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from client.protocol.errors import ErrorCode, KafkaError
+from client.protocol.topic_id import random_uuid
 from controller import placement
 from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.client import get_broker, get_topic_assignment
-from zk.data import FileBudget, decode_topic_assignment, encode_topic_assignment, encode_topic_config
+from zk.data import (
+    FileBudget,
+    decode_topic_assignment,
+    decode_topic_id,
+    encode_topic_assignment,
+    encode_topic_config,
+)
 from zk.paths import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
@@ -170,9 +177,15 @@ async def all_topics(zk: ZkBridge) -> list[str]:
 
 
 async def create_topic(
-    zk: ZkBridge, topic: str, assignment: dict[int, list[int]], configs: dict[str, str] | None = None
-) -> None:
-    """Write /config/topics/<t> {"version":1,"config":{...}} and /brokers/topics/<t> atomically.
+    zk: ZkBridge,
+    topic: str,
+    assignment: dict[int, list[int]],
+    configs: dict[str, str] | None = None,
+    topic_id: str | None = None,
+) -> str:
+    """Write /config/topics/<t> {"version":1,"config":{...}} and /brokers/topics/<t> atomically,
+    the latter with the new topic's id (KIP-516: Kafka's ``createTopicWithAssignment`` writes a
+    random ``Uuid`` at creation; ``topic_id`` None draws one). Returns the id.
 
     Raises KafkaError: INVALID_TOPIC_EXCEPTION (bad name, collision), TOPIC_ALREADY_EXISTS
     (present, or marked for deletion), INVALID_REPLICA_ASSIGNMENT. Broker liveness is the
@@ -194,6 +207,7 @@ async def create_topic(
                 f"Topic '{topic}' collides with existing topics: {', '.join(colliding)}",
             )
     await check_file_budget(zk, assignment)
+    topic_id = topic_id or random_uuid()
     config_data = encode_topic_config(configs or {})
     for _ in range(3):
         stale_config = await zk.exists(config_topic_path(topic))
@@ -203,8 +217,10 @@ async def create_topic(
             else SetDataOp(config_topic_path(topic), config_data, stale_config.version)
         )
         try:
-            await zk.multi([config_op, CreateOp(topic_path(topic), encode_topic_assignment(assignment))])
-            return
+            await zk.multi(
+                [config_op, CreateOp(topic_path(topic), encode_topic_assignment(assignment, topic_id))]
+            )
+            return topic_id
         except NodeExistsError as exc:
             if getattr(exc, "op_index", None) == 1:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic}' already exists.") from None
@@ -225,7 +241,7 @@ async def create_topic_with_placement(
     :func:`create_topic`. Returns the assignment."""
     validate_topic_name(topic)
     assignment = placement.assign_replicas(await live_broker_ids(zk), num_partitions, replication_factor, rng)
-    await create_topic(zk, topic, assignment, configs)
+    await create_topic(zk, topic, assignment, configs, random_uuid(rng.randbytes))
     return assignment
 
 
@@ -289,7 +305,8 @@ async def add_partitions(
     if validate_only:
         return new
     try:
-        await zk.set(topic_path(topic), encode_topic_assignment({**existing, **new}), stat.version)
+        merged = encode_topic_assignment({**existing, **new}, decode_topic_id(data))  # the id stays
+        await zk.set(topic_path(topic), merged, stat.version)
     except BadVersionError:
         raise KafkaError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Topic '{topic}' changed concurrently."

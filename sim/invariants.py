@@ -20,14 +20,20 @@ The invariants, by name:
 * ``leader-epochs``: the leader epoch of each partition never goes backwards, in each replica's
   ``Partition`` (per process incarnation) and in ZooKeeper's state znode; neither does
   ``/controller_epoch``;
-* ``one-controller-per-epoch``: every controller request any broker receives with a given
+* ``one-controller-per-epoch`` (sim/controller_requests.py): every controller request any broker receives with a given
   controller epoch comes from the same controller;
 * ``producer-order``: below the current leader's HW, each producer's records stand in the
   order the producer took them (an idempotent producer's guarantee, KIP-98), whether their
   sends succeeded or failed (a failed record may be in the log, but not after a later one);
 * ``no-stale-request``: a broker never applies a LeaderAndIsr, UpdateMetadata or StopReplica of
   a controller epoch older than one it applied before (in this incarnation), nor one addressed to
-  an older broker epoch (KIP-380) than its current one.
+  an older broker epoch (KIP-380) than its current one;
+* ``isr-lag``: no ISR shrink drops a follower that fetched the leader's LEO within
+  ``replica.lag.time.max.ms`` (sim/isr_lag.py);
+* ``reassignment-isr``: a reassignment completes only with every target replica in the ISR of
+  the state znode it was decided on (sim/reassignment_isr.py);
+* ``topic-ids``: a replica serving a partition holds a log of the topic's current incarnation
+  (its partition.metadata names the topic znode's id, KIP-516; sim/topic_ids.py).
 
 Liveness (``liveness``) and spinning tasks (``no-spin``, the loop's own watchdog) are judged by
 the sweep (sim/sweep.py) and the loop; their names are listed here with the rest. Replicas of
@@ -42,14 +48,18 @@ import asyncio
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from client.types import TopicPartition
 from sim.broker_process import ProcessState
+from sim.controller_requests import NO_STALE_REQUEST, ONE_CONTROLLER_PER_EPOCH, ControllerRequestChecker
 from sim.errors import SimulationError
 from sim.group_invariants import GROUP_INVARIANTS
+from sim.isr_lag import ISR_LAG, IsrLagChecker
 from sim.log_reading import batches_below, first_difference, records_below
 from sim.producer_order import out_of_send_order
+from sim.reassignment_isr import REASSIGNMENT_ISR, ReassignmentIsrChecker
+from sim.topic_ids import TOPIC_IDS, topic_id_problem
 from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH
 
 if TYPE_CHECKING:
@@ -62,8 +72,6 @@ ACKED_ON_LEADER = "acked-on-leader"
 REPLICAS_IDENTICAL = "replicas-identical"
 HW_WITHIN_ISR = "hw-within-isr"
 LEADER_EPOCHS = "leader-epochs"
-ONE_CONTROLLER_PER_EPOCH = "one-controller-per-epoch"
-NO_STALE_REQUEST = "no-stale-request"
 PRODUCER_ORDER = "producer-order"
 LIVENESS = "liveness"
 NO_SPIN = "no-spin"
@@ -76,6 +84,9 @@ ALL_INVARIANTS = (
     ONE_CONTROLLER_PER_EPOCH,
     NO_STALE_REQUEST,
     PRODUCER_ORDER,
+    ISR_LAG,
+    REASSIGNMENT_ISR,
+    TOPIC_IDS,
     LIVENESS,
     NO_SPIN,
     *GROUP_INVARIANTS,
@@ -127,9 +138,9 @@ class Invariants:
         self._zk_epochs: dict[tuple[str, int, int], int] = {}
         self._controller_epoch = -1
         self._replica_epochs: dict[tuple[int, int, TopicPartition], int] = {}
-        self._controllers: dict[int, int] = {}  # controller epoch -> the controller that used it
-        self._applied_epoch: dict[tuple[int, int], int] = {}  # (broker, incarnation) -> controller epoch
+        self._requests = ControllerRequestChecker(self.enabled, self.fail)  # sim/controller_requests.py
         self._attached: dict[int, object] = {}  # broker id -> the replica manager watched
+        self._attached_controllers: dict[int, object] = {}  # broker id -> the controller watched
         self._inner: Callable[[asyncio.Handle], bool] | None = None
 
     # -- installation ------------------------------------------------------------------------------
@@ -157,54 +168,14 @@ class Invariants:
             if rm is not None and self._attached.get(broker_id) is not rm:
                 self._attached[broker_id] = rm
                 incarnation = process.incarnations
-                self._watch_requests(broker_id, incarnation, rm)
-
-    def _watch_requests(self, broker_id: int, incarnation: int, rm: ReplicaManager) -> None:
-        handler = rm.state_changes
-        original = handler._stale_epoch
-
-        def checked(request: str, body: dict) -> Any:
-            self._on_request(broker_id, request, body)
-            broker_epoch = rm.broker_epoch
-            refused = original(request, body)
-            if refused is None:
-                self._on_applied(broker_id, incarnation, request, body, broker_epoch)
-            return refused
-
-        handler._stale_epoch = checked  # type: ignore[method-assign]
-
-    def _on_request(self, broker_id: int, request: str, body: dict) -> None:
-        epoch, controller = body["controller_epoch"], body.get("controller_id")
-        if controller is None or ONE_CONTROLLER_PER_EPOCH not in self.enabled:
-            return
-        known = self._controllers.setdefault(epoch, controller)
-        if known != controller:
-            self.fail(
-                ONE_CONTROLLER_PER_EPOCH,
-                f"broker {broker_id} got a {request} of controller epoch {epoch} from controller "
-                f"{controller}; controller {known} already acted in that epoch",
-            )
-
-    def _on_applied(
-        self, broker_id: int, incarnation: int, request: str, body: dict, broker_epoch: int
-    ) -> None:
-        if NO_STALE_REQUEST not in self.enabled:
-            return
-        epoch = body["controller_epoch"]
-        newest = self._applied_epoch.get((broker_id, incarnation), -1)
-        if epoch < newest:
-            self.fail(
-                NO_STALE_REQUEST,
-                f"broker {broker_id} applied a {request} of controller epoch {epoch} after one of epoch {newest}",
-            )
-        self._applied_epoch[(broker_id, incarnation)] = max(epoch, newest)
-        addressed = body.get("broker_epoch", -1)
-        if addressed != -1 and addressed < broker_epoch:
-            self.fail(
-                NO_STALE_REQUEST,
-                f"broker {broker_id} (broker epoch {broker_epoch}) applied a {request} addressed to its "
-                f"older broker epoch {addressed}",
-            )
+                self._requests.watch(broker_id, incarnation, rm)
+                if ISR_LAG in self.enabled:  # sim/isr_lag.py
+                    IsrLagChecker(broker_id, rm, self.fail).install()
+            controller = getattr(process.server, "controller", None)
+            if controller is not None and self._attached_controllers.get(broker_id) is not controller:
+                self._attached_controllers[broker_id] = controller
+                if REASSIGNMENT_ISR in self.enabled:  # sim/reassignment_isr.py
+                    ReassignmentIsrChecker(controller, self.world.zookeeper, self.fail).install()
 
     # -- running the checks ------------------------------------------------------------------------
     def check(self, full: bool = False) -> None:
@@ -220,6 +191,8 @@ class Invariants:
             self._check_replica_epochs()
             self._check_high_watermarks()
             self._check_acked(values=full)
+            if TOPIC_IDS in self.enabled and (problem := topic_id_problem(self)):  # sim/topic_ids.py
+                raise InvariantViolation(TOPIC_IDS, problem)
             if full:
                 self._check_identical()
                 self._check_producer_order()

@@ -19,7 +19,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
 from client.types import TopicPartition
-from zk.bridge import CheckOp, ZkBridge, ZkOp
+from zk.bridge import CheckOp, SetDataOp, ZkBridge, ZkOp
 from zk.data import (
     PRODUCER_ID_BLOCK_SIZE,
     BrokerInfo,
@@ -34,12 +34,14 @@ from zk.data import (
     decode_producer_id_block,
     decode_topic_assignment,
     decode_topic_config,
+    decode_topic_id,
     encode_broker_registration,
     encode_config_change,
     encode_isr_change_notification,
     encode_log_dir_event,
     encode_partition_state,
     encode_producer_id_block,
+    encode_topic_assignment,
     encode_topic_config,
 )
 from zk.paths import (
@@ -112,6 +114,23 @@ async def get_partition_state(zk: ZkBridge, tp: TopicPartition) -> LeaderIsrAndC
 async def get_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, list[int]] | None:
     got = await zk.get(topic_path(topic))
     return None if got is None else decode_topic_assignment(got[0])
+
+
+async def get_topic_id(zk: ZkBridge, topic: str) -> str | None:
+    """The topic's id (KIP-516) from /brokers/topics/<topic>; None: no such topic, or no id yet."""
+    got = await zk.get(topic_path(topic))
+    return None if got is None else decode_topic_id(got[0])
+
+
+async def set_topic_id(
+    zk: ZkBridge, topic: str, data: bytes, version: int, epoch_zk_version: int, topic_id: str
+) -> None:
+    """Kafka's ``KafkaZkClient.setTopicIds`` for one topic: rewrite the topic znode ``data`` (read
+    at ``version``) as version 3 with ``topic_id``, fenced by the controller epoch and, unlike
+    Kafka's MatchAnyVersion, conditional on ``version``: a partition added or a reassignment
+    written since the read is never overwritten (BadVersionError: read again)."""
+    encoded = encode_topic_assignment(decode_topic_assignment(data), topic_id)
+    await fenced_multi(zk, epoch_zk_version, [SetDataOp(topic_path(topic), encoded, version)])
 
 
 #: The version of an entity config znode that does not exist (an expected version for

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from client.protocol.topic_id import ZERO_UUID, parse_uuid
 from client.types import TopicPartition
 
 #: The ``event`` of a KIP-112 log dir event notification: a log dir failed.
@@ -301,13 +302,41 @@ def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsrAndControll
     )
 
 
-def encode_topic_assignment(assignment: dict[int, Sequence[int]]) -> bytes:
-    return _dumps({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())}})
+def encode_topic_assignment(assignment: dict[int, Sequence[int]], topic_id: str | None = None) -> bytes:
+    """/brokers/topics/<topic> (Kafka's TopicZNode). With a ``topic_id`` (KIP-516) it is Kafka's
+    version 3: ``partitions``, the empty ``adding_replicas`` / ``removing_replicas`` (floodmark
+    keeps a reassignment's target in /admin/reassign_partitions, as Kafka before KIP-455 did)
+    and ``topic_id``; without one the version 1 that writers without an id wrote before. Every
+    rewrite of the znode must pass the id it read (:func:`decode_topic_id`): a write without it
+    would drop the topic's identity."""
+    partitions = {str(p): list(r) for p, r in sorted(assignment.items())}
+    if not topic_id:
+        return _dumps({"version": 1, "partitions": partitions})
+    return _dumps(
+        {
+            "version": 3,
+            "partitions": partitions,
+            "adding_replicas": {},
+            "removing_replicas": {},
+            "topic_id": topic_id,
+        }
+    )
 
 
 def decode_topic_assignment(data: bytes) -> dict[int, list[int]]:
     obj = _loads(data)
     return {int(p): list(r) for p, r in sorted(obj.get("partitions", {}).items(), key=lambda kv: int(kv[0]))}
+
+
+def decode_topic_id(data: bytes) -> str | None:
+    """The znode's ``topic_id`` (KIP-516), canonical; None for a znode written without one
+    (before version 3, or by a writer that had none: the controller assigns it, Kafka's
+    ``setTopicIds``) and for ZERO_UUID."""
+    text = _loads(data).get("topic_id")
+    if not isinstance(text, str):
+        return None
+    topic_id = parse_uuid(text)
+    return topic_id if topic_id != ZERO_UUID else None
 
 
 def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:

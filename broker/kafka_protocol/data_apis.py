@@ -16,16 +16,19 @@ What differs from our own protocol:
   FETCH_SESSION_ID_NOT_FOUND by the codec, as Kafka answers a session it does not know.
 - Metadata v0 asks for every topic with an empty list (v1+: with null); before v4 topics are
   auto-created when ``auto.create.topics.enable`` allows (v4 added the request's flag).
-- Topic ids (Metadata v10+) are the zero UUID: ZooKeeper-era topics have none here.
+- Topic ids (Metadata v10+, KIP-516) are the controller's, from /brokers/topics/<t> through
+  UpdateMetadata; the zero UUID for a topic whose id the broker has not heard yet.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from broker.kafka_protocol.entities import make, response_class, response_module, to_ms
 from broker.kafka_protocol.kafka_api import KafkaApi
 from client.protocol.api import CONSUMER_REPLICA_ID, ApiKey
+from client.protocol.topic_id import ZERO_UUID, uuid_bytes
 
 #: Kafka's "not requested" value of the authorized-operations fields.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -54,7 +57,7 @@ def metadata_response(body: dict, request: Any, version: int) -> Any:
             m.MetadataResponseTopic,
             error_code=t["error_code"],
             name=t["topic"],
-            topic_id=None,  # the zero UUID
+            topic_id=kafka_uuid(t.get("topic_id", ZERO_UUID)),
             is_internal=t["is_internal"],
             partitions=tuple(
                 make(
@@ -82,6 +85,11 @@ def metadata_response(body: dict, request: Any, version: int) -> Any:
         topics=topics,
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+
+
+def kafka_uuid(topic_id: str) -> uuid.UUID | None:
+    """Kafka's Uuid text as the codec's UUID (None: the zero UUID)."""
+    return None if topic_id == ZERO_UUID else uuid.UUID(bytes=uuid_bytes(topic_id))
 
 
 # -- Produce -------------------------------------------------------------------------------------

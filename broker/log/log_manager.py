@@ -25,6 +25,7 @@ Open files (docs/design.md "Open files at scale (issue 25)"): the manager owns t
 :class:`SegmentFileCache` every log's segments open their ``.log`` through, bounded by
 ``segment_files_max`` (``log.segment.open.files.max``), so the descriptors the logs hold do not
 grow with partitions or segments.
+KIP-516: ``topic_ids`` reads and writes each log's ``partition.metadata`` (its topic id).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from broker.log.dir_loader import (
 from broker.log.file_cache import DEFAULT_SEGMENT_FILES_MAX, SegmentFileCache, SegmentFileStats
 from broker.log.log import Log, LogConfig, ScheduleOnce
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
+from broker.log.partition_metadata import TopicIds
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,7 @@ class LogManager:
         self._flusher_lock = threading.Lock()
         self._closing = False
         self.failure_channel = failure_channel or LogDirFailureChannel()
+        self.topic_ids = TopicIds(self.get_log, self.failure_channel, self.file_cache.close_idle)
         self.cleaner = LogCleaner(
             cleaner_config or default_config.cleaner,
             self.all_logs,
@@ -162,6 +165,7 @@ class LogManager:
         self._dir_counts[lg.log_dir] += 1
 
     def _pop(self, tp: TopicPartition) -> Log | None:
+        self.topic_ids.forget(tp)
         lg = self._logs.pop(tp, None)
         if lg is not None:
             self._dir_counts[lg.log_dir] -= 1
@@ -484,6 +488,7 @@ class LogManager:
                     (log_dir / CLEAN_SHUTDOWN_FILE).touch()
                     fsync_dir(log_dir)
             self._logs.clear()
+            self.topic_ids.forget_all()
             self._dir_counts = dict.fromkeys(self.log_dirs, 0)
             offline = sorted(str(d) for d in self.failure_channel.offline_dirs)
             if offline:

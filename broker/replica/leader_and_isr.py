@@ -18,6 +18,8 @@ handleLogDirFailure; docs/design.md "Broker").
   Kafka's ``maybeUpdateMetadataCache`` is.
 * KIP-112: partitions on an offline log dir answer KAFKA_STORAGE_ERROR to everything
   (``ReplicaManager.offline_partitions``) until the broker restarts.
+* KIP-516 (:mod:`broker.replica.topic_ids`): a log records its partition state's topic id; one
+  of another id answers INCONSISTENT_TOPIC_ID; a FULL request first deletes the strays it shows.
 * A request of thousands of partitions gives the event loop back every 50 ms of work
   (:class:`broker.loop_stall.CooperativeYield`; docs/design.md "The controller at scale (issue
   25)"), as an await of a ZooKeeper read already may: ZooKeeper watches, requests and fetches
@@ -40,8 +42,10 @@ from broker.log.log_dir_failure import KafkaStorageError
 from broker.loop_stall import CooperativeYield
 from broker.replica.partition import Partition, PartitionState
 from broker.replica.replica_state import ReplicaState
-from client.protocol.api import NO_LEADER
+from broker.replica.topic_ids import check_topic_id, delete_stray_replicas
+from client.protocol.api import NO_LEADER, ControlRequestType
 from client.protocol.errors import ErrorCode, KafkaError
+from client.protocol.topic_id import is_set
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ class LeaderAndIsrHandler:
         self.rm = replica_manager
         self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
         self._epoch_writers: ThreadPoolExecutor | None = None  # started by the first large batch
+        #: KIP-516: topic -> id of the request being applied (Kafka's ``topicIdFromRequest``)
+        self._request_topic_ids: dict[str, str] = {}
 
     async def become_leader_or_follower(self, body: dict) -> dict:
         """Apply a LeaderAndIsr request. Requests are applied one at a time (Kafka's
@@ -126,6 +132,11 @@ class LeaderAndIsrHandler:
                     for s in body["partition_states"]
                 ],
             }
+        if body.get("type") == ControlRequestType.FULL:  # first: a re-created topic meets no stray
+            self._forget_deleted_topics({s.tp[0] for s in await delete_stray_replicas(self.rm, body)})
+        self._request_topic_ids = {
+            e["topic"]: e["topic_id"] for e in body["partition_states"] if is_set(e.get("topic_id"))
+        }
         listener = self.rm.config.inter_broker_listener_name
         leaders = {b["id"]: inter_broker_endpoint(b, listener) for b in body["live_leaders"]}
         results = []
@@ -141,6 +152,8 @@ class LeaderAndIsrHandler:
             error = ErrorCode.NONE
             if tp in self.rm.offline_partitions:
                 error = ErrorCode.KAFKA_STORAGE_ERROR  # KIP-112: the controller takes this replica offline
+            elif (error := self._check_topic_id(partition, entry)) != ErrorCode.NONE:
+                pass  # KIP-516: another incarnation's log (or its dir failed reading it)
             elif not partition.is_newer(state):
                 error = ErrorCode.FENCED_LEADER_EPOCH  # not newer: Kafka refuses a stale leader epoch
             elif self.rm.broker_id not in state.replicas:
@@ -233,6 +246,13 @@ class LeaderAndIsrHandler:
                 codes[partition.key]["error_code"] = self._role_change_failed(partition, state, outcome)
             else:
                 self._became_leader(partition, state, log_)
+
+    def _check_topic_id(self, partition: Partition, entry: dict) -> int:
+        """KIP-516: INCONSISTENT_TOPIC_ID for another incarnation's log (:mod:`broker.replica.topic_ids`)."""
+        try:
+            return check_topic_id(self.rm, partition, entry.get("topic_id"))
+        except KafkaStorageError as exc:
+            return self._went_offline(partition, exc)
 
     def _role_change_failed(self, partition: Partition, state: PartitionState, exc: Exception) -> int:
         """One partition of a LeaderAndIsr could not be applied: its error code for the response.
@@ -330,6 +350,9 @@ class LeaderAndIsrHandler:
         log_ = self.rm.log_manager.get_or_create_log(topic, partition, config, is_new=is_new)
         if log_.config != config:  # loaded from disk with the broker's defaults
             log_.update_config(config)
+        topic_id = self._request_topic_ids.get(topic)
+        if topic_id is not None:  # KIP-516: Partition.checkOrSetTopicId (INCONSISTENT_TOPIC_ID if another)
+            self.rm.log_manager.topic_ids.assign(topic, partition, topic_id)
         return log_
 
     async def _make_leader(self, partition: Partition, state: PartitionState, is_new: bool) -> None:

@@ -33,6 +33,7 @@ from client.protocol.schema import (
     Opt,
     validate,
 )
+from client.protocol.topic_id import ZERO_UUID
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -49,6 +50,7 @@ __all__ = [
     "Array",
     "ConfigResourceType",
     "ConfigSource",
+    "ControlRequestType",
     "InvalidBody",
     "Map",
     "Nullable",
@@ -71,6 +73,16 @@ DEBUGGING_REPLICA_ID = -2
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 NO_LEADER = -1
+
+
+class ControlRequestType(IntEnum):
+    """LeaderAndIsr ``type`` (Kafka's AbstractControlRequest.Type, KIP-516): FULL names every
+    partition the addressee hosts (``hosted_topics``), so its logs of any other partition or topic
+    id are strays (docs/design.md "Topic ids (KIP-516)"); a sender that sets none sends UNKNOWN."""
+
+    UNKNOWN = 0
+    INCREMENTAL = 1
+    FULL = 2
 
 
 class ConfigResourceType(IntEnum):
@@ -130,7 +142,11 @@ PARTITION_STATE = {
     # replicas not yet in the ISR and the replicas that will leave (both empty otherwise)
     "adding_replicas": Opt(Array("int"), []),
     "removing_replicas": Opt(Array("int"), []),
+    # KIP-516: the topic's id (Kafka's Uuid text); ZERO_UUID: the sender knows none
+    "topic_id": Opt("str", ZERO_UUID),
 }
+#: One topic of a FULL LeaderAndIsr's ``hosted_topics``: its id and the partitions hosted here.
+HOSTED_TOPIC = {"topic": "str", "topic_id": Opt("str", ZERO_UUID), "partitions": Array("int")}
 
 
 def _topics(partition_fields: dict) -> Array:
@@ -185,6 +201,8 @@ REQUESTS: dict[ApiKey, Any] = {
         "broker_epoch": Opt("int", -1),
         "partition_states": Array({**PARTITION_STATE, "is_new": Opt("bool", False)}),
         "live_leaders": Array(BROKER_ENDPOINT),
+        "type": Opt("int", ControlRequestType.UNKNOWN),
+        "hosted_topics": Opt(Array(HOSTED_TOPIC), []),
     },
     ApiKey.UPDATE_METADATA: {
         "controller_id": "int",
@@ -228,6 +246,7 @@ RESPONSES: dict[ApiKey, Any] = {
             {
                 "error_code": "int",
                 "topic": "str",
+                "topic_id": Opt("str", ZERO_UUID),  # KIP-516 (Kafka's Metadata v10+)
                 "is_internal": Opt("bool", False),
                 "partitions": Array(
                     {

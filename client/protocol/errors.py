@@ -81,6 +81,10 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
+    #: KIP-516: "This server does not host this topic ID."
+    UNKNOWN_TOPIC_ID = 100
+    #: KIP-516: "The log's topic ID did not match the topic ID in the request"
+    INCONSISTENT_TOPIC_ID = 103
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
 
@@ -107,6 +111,8 @@ RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.OFFSET_NOT_AVAILABLE,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_ID,  # Kafka's InvalidMetadataException subclasses
+        ErrorCode.INCONSISTENT_TOPIC_ID,
     }
 )
 
@@ -121,6 +127,8 @@ INVALIDATES_METADATA = frozenset(
         ErrorCode.KAFKA_STORAGE_ERROR,
         ErrorCode.NOT_CONTROLLER,
         ErrorCode.NOT_COORDINATOR,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
     }
 )
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -75,6 +76,8 @@ from tests.integration.zk_state import create_with_assignment
 
 pytestmark = pytest.mark.integration
 
+#: Stands for the topic's id, which the controller assigns (22 characters of url-safe base64).
+TOPIC_ID = "<id>"
 TOPIC = "topic1"
 BROKERS = range(1, 9)
 WAIT_S = 60.0
@@ -140,7 +143,7 @@ def ids(brokers: list[int]) -> str:
 def describe_lines(states: States) -> list[str]:
     """``topics describe --topic topic1`` as it must read for these state znodes."""
     return [
-        f"Topic: {TOPIC}\tTopicId: -\tPartitionCount: 8\tReplicationFactor: 3\tConfigs: ",
+        f"Topic: {TOPIC}\tTopicId: {TOPIC_ID}\tPartitionCount: 8\tReplicationFactor: 3\tConfigs: ",
         *(
             f"\tTopic: {TOPIC}\tPartition: {p}\tLeader: {s['leader']}\t"
             f"Replicas: {ids(ASSIGNMENT[p])}\tIsr: {ids(s['isr'])}"
@@ -156,7 +159,12 @@ async def describe_agrees(cluster: LocalCluster, states: States) -> None:
 
     async def probe() -> bool | None:
         result = await asyncio.to_thread(run_cli, cluster, "topics", "describe", "--topic", TOPIC)
-        return result.exit_code == 0 and result.stdout.splitlines() == expected or None
+        # the controller gives the topic (created here by a znode without one) an id (KIP-516)
+        lines = [
+            re.sub(r"TopicId: [A-Za-z0-9_-]{22}", f"TopicId: {TOPIC_ID}", x)
+            for x in result.stdout.splitlines()
+        ]
+        return result.exit_code == 0 and lines == expected or None
 
     await eventually(probe, f"topics describe showing {expected}", timeout=WAIT_S)
 

@@ -23,8 +23,10 @@ import pytest
 
 import broker.replica.fetcher as fetcher_module
 import controller.controller as controller_module
+import controller.reassignment as reassignment_module
+import controller.topic_ids as topic_ids_module
 from broker.replica.leader_and_isr import LeaderAndIsrHandler
-from broker.replica.partition import Partition
+from broker.replica.partition import Partition, RemoteReplica
 from broker.replica.truncation import TruncationDecision
 from client.producer.idempotence import IdempotenceManager
 from client.protocol.errors import ErrorCode
@@ -34,15 +36,18 @@ from sim.invariants import (
     ACKED_ON_LEADER,
     ALL_INVARIANTS,
     HW_WITHIN_ISR,
+    ISR_LAG,
     LEADER_EPOCHS,
     LIVENESS,
     NO_SPIN,
     NO_STALE_REQUEST,
     ONE_CONTROLLER_PER_EPOCH,
     PRODUCER_ORDER,
+    REASSIGNMENT_ISR,
     REPLICAS_IDENTICAL,
 )
 from sim.sweep import ScheduleConfig, ScheduleResult, run_schedule
+from sim.topic_ids import TOPIC_IDS
 from zk.data import LeaderAndIsr
 
 Plant = Callable[[pytest.MonkeyPatch], None]
@@ -147,6 +152,28 @@ def producers_take_a_new_id_after_a_doubtful_batch(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(IdempotenceManager, "init_producer_id", fresh)
 
 
+def clean_fetches_earn_no_credit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch session's fetches that find a partition clean (KIP-227: not read) do not count as
+    fetches of it: an idle follower lags from its last read (issue 10's family: its credit lost)."""
+
+    def settle(self: RemoteReplica) -> None:
+        self.clean_in = None
+
+    monkeypatch.setattr(RemoteReplica, "settle_session", settle)
+
+
+def reassignments_ignore_the_isr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller completes a reassignment whatever the state znode's ISR (item 7's cached
+    ISR at its worst): the old replicas leave while a target replica is still catching up."""
+    monkeypatch.setattr(reassignment_module, "missing_from_isr", lambda lai, target: [])
+
+
+def controllers_ignore_the_topic_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller reads a topic znode as if it had no id (KIP-516): each new controller gives
+    every topic a new one while its replicas still serve the logs of the old."""
+    monkeypatch.setattr(topic_ids_module, "decode_topic_id", lambda data: None)
+
+
 #: invariant -> (the planted bug, the seeds whose schedules catch it)
 CASES: dict[str, tuple[Plant, list[int]]] = {
     ACKED_ON_LEADER: (hw_is_the_leader_leo, [0]),
@@ -156,6 +183,9 @@ CASES: dict[str, tuple[Plant, list[int]]] = {
     ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [1]),
     NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
     PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [30]),
+    ISR_LAG: (clean_fetches_earn_no_credit, [37]),
+    REASSIGNMENT_ISR: (reassignments_ignore_the_isr, [5]),
+    TOPIC_IDS: (controllers_ignore_the_topic_id, [0]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
 }
