@@ -27,6 +27,7 @@ from broker.coordinator import group_admin, group_offsets
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.group_metadata_manager import GROUP_METADATA_TOPIC, GroupMetadataManager
 from broker.coordinator.group_responses import join_error
+from broker.log import Log
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
 from broker.replica.delayed import ProducePartitionStatus
@@ -63,18 +64,23 @@ def build_group_apis(
 
         replica_manager.append_records(-1, timeout_ms, {tp: batch}, respond)
 
-    def read_log(tp: TopicPartition, offset: int, max_bytes: int) -> bytes:
+    def hosted_log(tp: TopicPartition) -> Log:
         log_ = replica_manager.get_log(tp)
         if log_ is None:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{tp} is not hosted here")
-        return bytes(log_.read(offset, max_bytes).records)
+        return log_
+
+    def read_log(tp: TopicPartition, offset: int, max_bytes: int) -> bytes:
+        return bytes(hosted_log(tp).read(offset, max_bytes).records)
 
     class LoopTimers:
         def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
             return loop.call_later(delay_ms / 1000, callback)
 
     group_config = config.group_config()
-    manager = GroupMetadataManager(group_config, append, read_log, time_ms)
+    manager = GroupMetadataManager(
+        group_config, append, read_log, time_ms, log_start_offset=lambda tp: hosted_log(tp).log_start_offset
+    )
     coordinator = GroupCoordinator(
         group_config,
         manager,

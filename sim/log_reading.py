@@ -1,14 +1,15 @@
 """Reading a replica's log as the simulator's invariants compare it (docs/design.md
 "Simulation"): its batches byte for byte, or its records decoded, below an offset (the HW), through
-the real :meth:`broker.log.Log.read`.
+the real :meth:`broker.log.Log.read`, moving batch by batch to each batch's next offset as Kafka's
+readers do (``batch.nextOffset``), so compacted batches and the cleaner's empty batches are read once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from client.protocol.records import decode_records, iter_batches
+from client.protocol.records import Record, decode_batches, iter_batches
 
 if TYPE_CHECKING:
     from broker.log import Log
@@ -24,26 +25,37 @@ def batches_below(log_: Log, end: int) -> list[tuple[int, int, bytes]]:
         data = bytes(log_.read(offset, _READ_BYTES, max_offset=end).records)
         if not data:
             break
+        start = offset
         for position, header in iter_batches(data):
-            last = header.base_offset + header.last_offset_delta
-            if header.base_offset >= offset:
-                out.append((header.base_offset, last, data[position : position + header.size]))
-            offset = last + 1
+            if header.base_offset >= start:
+                out.append((header.base_offset, header.last_offset, data[position : position + header.size]))
+            offset = max(offset, header.next_offset)
+        _check_progress(log_, start, offset)
     return out
 
 
-def records_below(log_: Log, end: int) -> Iterable[Any]:
+def records_below(log_: Log, end: int) -> Iterator[Record]:
+    """Every record from the log start offset up to ``end``, read batch by batch: the position
+    moves to each batch's next offset, never to its last record + 1, which after compaction can
+    point back into the same batch (the cleaner keeps a batch's last offset when it removes its
+    last records, and keeps empty batches)."""
     offset = log_.log_start_offset
     while offset < end:
         data = log_.read(offset, _READ_BYTES, max_offset=end).records
         if not data:
             return
-        last = offset
-        for _, record in decode_records(data):
-            if record.offset >= offset:
-                yield record
-            last = record.offset
-        offset = last + 1
+        start = offset
+        for header, records in decode_batches(data):
+            yield from (record for record in records if record.offset >= start)
+            offset = max(offset, header.next_offset)
+        _check_progress(log_, start, offset)
+
+
+def _check_progress(log_: Log, start: int, offset: int) -> None:
+    if offset <= start:
+        raise RuntimeError(
+            f"a read of {log_.topic}-{log_.partition} at {start} returned no batch ending above it"
+        )
 
 
 def first_difference(left: list[tuple[int, int, bytes]], right: list[tuple[int, int, bytes]]) -> str:

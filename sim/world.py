@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, cast
 from client.admin import AdminClient
 from client.metadata import ClientRuntime
 from client.producer.producer import Producer
-from client.protocol.records import Record, decode_records, iter_batches
+from client.protocol.records import Record
 from client.types import TopicPartition
 from sim.broker_process import BrokerProcess, ProcessState, ProcessTable, host_name, node_name
 from sim.clock import SimClock
+from sim.log_reading import records_below
 from sim.loop import SimEventLoop
 from sim.network import NetworkConfig, SimNetwork
 from sim.storage import SimStorage
@@ -220,19 +221,7 @@ class World:
         log = self.replica_log(broker_id, topic, partition)
         if log is None:
             return []
-        end = log.high_watermark if below_hw else log.log_end_offset
-        out: list[Record] = []
-        offset = log.log_start_offset
-        while offset < end:
-            data = log.read(offset, 1 << 20, max_offset=end).records
-            if not data:
-                break
-            for _, record in decode_records(data):
-                if offset <= record.offset < end:
-                    out.append(record)
-            _, last = list(iter_batches(data))[-1]
-            offset = last.base_offset + last.last_offset_delta + 1
-        return out
+        return list(records_below(log, log.high_watermark if below_hw else log.log_end_offset))
 
     # -- faults by broker id ---------------------------------------------------------------------
     def broker(self, broker_id: int) -> BrokerProcess:

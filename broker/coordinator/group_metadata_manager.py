@@ -13,22 +13,29 @@ broker leads:
   COORDINATOR_NOT_AVAILABLE when the ISR is short; a timed-out group write is
   REBALANCE_IN_PROGRESS, a timed-out commit REQUEST_TIMED_OUT);
 * **loading** (``onElection``): when this broker becomes the partition's leader, its log is read
-  from the start in chunks, off nobody's critical path, the last record per key winning; until
-  then the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS;
+  from its log start offset in chunks, off nobody's critical path, the last record per key
+  winning; until then the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS. The read moves
+  batch by batch to each batch's next offset (Kafka's ``currOffset = batch.nextOffset``): the
+  cleaner keeps the last batch of a cleaned segment even when it removed all its records (an
+  empty batch) and keeps every batch's last offset when it removes its last records, so a read
+  that moved by records would stand still on such a batch. A load that fails is retried with a
+  bounded backoff while it is the partition's latest load, and never publishes an empty
+  coordinator (docs/design.md "Consumer groups");
 * **unloading** (``onResignation``): when leadership moves away, its groups are dropped here and
   answer NOT_COORDINATOR, and the new leader loads them.
 
 Window: a partition resigned (or re-elected, even at the same epoch) while its load was
-reading. Each load holds a token of its own; before publishing its groups it checks it is still
-the partition's latest load (no resignation, no election since) and throws them away when not
-(tests/unit/test_group_metadata_manager.py forces it).
+reading, or while it waited to retry. Each load holds a token of its own; after each wait and
+before publishing its groups it checks it is still the partition's latest load (no resignation,
+no election since) and stops, throwing its groups away, when not
+(tests/unit/test_group_metadata_manager.py and tests/unit/test_group_load_compacted.py force it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.coordinator.coordinator_config import GroupConfig
@@ -46,8 +53,8 @@ from broker.coordinator.group_records import (
     read_key,
     read_offset_value,
 )
-from client.protocol.errors import ErrorCode
-from client.protocol.records import build_batch, decode_records
+from client.protocol.errors import ErrorCode, KafkaError
+from client.protocol.records import build_batch, decode_batches
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,10 @@ log = logging.getLogger(__name__)
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 #: Bytes read from the log per step of a load (Kafka's offsets.load.buffer.size).
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+#: The backoff between two attempts of a failed load, doubling up to the max (the defaults of
+#: Kafka's retry.backoff.ms and retry.backoff.max.ms, KIP-580).
+LOAD_RETRY_BACKOFF_MS = 100
+LOAD_RETRY_BACKOFF_MAX_MS = 1000
 
 #: (error code, base offset) per partition written, as the replica manager reports it.
 AppendCallback = Callable[[int, int], None]
@@ -62,6 +73,10 @@ AppendCallback = Callable[[int, int], None]
 Append = Callable[[TopicPartition, bytes, int, AppendCallback], None]
 #: Reads whole batches from ``offset`` (b"" at the end), or raises when the log is gone.
 ReadLog = Callable[[TopicPartition, int, int], bytes]
+#: The partition's log start offset (Kafka's ``log.logStartOffset``), or raises when the log is gone.
+LogStartOffset = Callable[[TopicPartition], int]
+#: Waits the given seconds (asyncio.sleep; a test steps it itself).
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def java_string_hash(text: str) -> int:
@@ -109,10 +124,15 @@ class GroupMetadataManager:
         append: Append,
         read_log: ReadLog,
         time_ms: Callable[[], int],
+        *,
+        log_start_offset: LogStartOffset,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.config = config
         self._append = append
         self._read_log = read_log
+        self._log_start_offset = log_start_offset
+        self._sleep = sleep
         self.time_ms = time_ms
         self.groups: dict[str, GroupMetadata] = {}
         #: partitions led here, with the leader epoch of the election that made it so
@@ -144,25 +164,21 @@ class GroupMetadataManager:
         self, partition: int, epoch: int, on_loaded: Callable[[list[GroupMetadata]], None]
     ) -> None:
         """Become the partition's coordinator (Kafka's loadGroupsForPartition): read its log,
-        then publish its groups unless the partition resigned or was re-elected meanwhile."""
+        then publish its groups unless the partition resigned or was re-elected meanwhile. A
+        read that fails is retried (:meth:`_load_until_read`); until one succeeds the groups
+        answer COORDINATOR_LOAD_IN_PROGRESS, never as an empty coordinator."""
         if self.owned.get(partition, -1) > epoch:
             return
         self.owned[partition] = epoch
         self.loading.add(partition)
         token = self._loads[partition] = object()
         tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
-        try:
-            loaded = await self._read_partition(tp)
-        except Exception as exc:  # the log went away (resigned, deleted, offline): nothing to load
-            log.warning("loading groups of %s failed: %r", tp, exc)
-            loaded = None
-        if self._loads.get(partition) is not token:
+        loaded = await self._load_until_read(tp, lambda: self._loads.get(partition) is token)
+        if loaded is None or self._loads.get(partition) is not token:
             log.info("%s changed leadership while its groups loaded: the load is discarded", tp)
             return
         del self._loads[partition]
         self.loading.discard(partition)
-        if loaded is None:
-            return
         for group_id in loaded.removed_groups:
             self.groups.pop(group_id, None)
         for group in loaded.groups.values():
@@ -170,17 +186,59 @@ class GroupMetadataManager:
         log.info("loaded %d groups of %s at epoch %d", len(loaded.groups), tp, epoch)
         on_loaded(list(loaded.groups.values()))
 
+    async def _load_until_read(
+        self, tp: TopicPartition, latest: Callable[[], bool]
+    ) -> LoadedPartition | None:
+        """Read the partition, again after a failure, with a backoff doubling from
+        LOAD_RETRY_BACKOFF_MS to LOAD_RETRY_BACKOFF_MAX_MS, for as long as this is the
+        partition's latest load (a resignation or a newer election ends it: None). Kafka's
+        loadGroupsAndOffsets would log the error and serve the partition with no groups (every
+        committed offset lost to its members); 3.7's CoordinatorRuntime (KIP-848) marks it FAILED
+        and answers NOT_COORDINATOR until the next election. A retry instead recovers from what
+        fails a load here (the log start moving under the read, a log not hosted yet or any
+        more, which a LeaderAndIsr or StopReplica then settles) without an election."""
+        backoff_ms = LOAD_RETRY_BACKOFF_MS
+        attempt = 1
+        while True:
+            try:
+                return await self._read_partition(tp)
+            except Exception as exc:  # noqa: BLE001 - any failure: retry, never publish a partial load
+                if not latest():
+                    return None
+                log.error(
+                    "loading groups of %s failed (attempt %d): %r; its groups answer "
+                    "COORDINATOR_LOAD_IN_PROGRESS, retrying in %d ms",
+                    tp,
+                    attempt,
+                    exc,
+                    backoff_ms,
+                )
+            await self._sleep(backoff_ms / 1000)
+            if not latest():
+                return None
+            backoff_ms = min(backoff_ms * 2, LOAD_RETRY_BACKOFF_MAX_MS)
+            attempt += 1
+
     async def _read_partition(self, tp: TopicPartition) -> LoadedPartition:
+        """Kafka's doLoadGroupsAndOffsets: from the log start offset to the end, batch by batch,
+        the position moving to each batch's next offset (the cleaner's empty batches and
+        batches whose last records it removed included)."""
         offsets: dict[str, dict[TopicPartition, CommittedOffset | None]] = {}
         values: dict[str, bytes | None] = {}
-        position = 0
+        position = self._log_start_offset(tp)
         while True:
             data = self._read_log(tp, position, LOAD_CHUNK_BYTES)
             if not data:
                 break
-            for header, record in decode_records(data):
-                position = header.next_offset
-                self._apply_record(record.key, record.value, record.offset, offsets, values)
+            start = position
+            for header, records in decode_batches(data):
+                for record in records:
+                    self._apply_record(record.key, record.value, record.offset, offsets, values)
+                position = max(position, header.next_offset)
+            if position == start:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE, f"the read of {tp} at offset {start} ends at or below it"
+                )
             await asyncio.sleep(0)  # let the loop serve everyone else between chunks
         now = self.time_ms()
         groups: dict[str, GroupMetadata] = {}

@@ -198,11 +198,24 @@ def decode_batch(batch: bytes | bytearray | memoryview) -> list[Record]:
     return [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in reader]
 
 
+def decode_batches(
+    buf: bytes | bytearray | memoryview, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Every batch in a buffer of batches with its records, the empty batch the log cleaner keeps
+    included (its list is empty). A reader that moves through a log moves to the batch's
+    :attr:`BatchHeader.next_offset` after each one, as Kafka's readers do (``batch.nextOffset``):
+    compaction removes records but keeps every batch's last offset, so the last record + 1 may
+    point back into the same batch, and an empty batch has no record to move by at all."""
+    view = memoryview(buf)
+    for pos, header in iter_batches(view, check_crc=check_crc):
+        yield header, decode_batch(view[pos : pos + header.size])
+
+
 def decode_records(
     buf: bytes | bytearray | memoryview, check_crc: bool = True
 ) -> Iterator[tuple[BatchHeader, Record]]:
-    """Every record in a buffer of batches (a fetch response or a segment), with its batch header."""
-    view = memoryview(buf)
-    for pos, header in iter_batches(view, check_crc=check_crc):
-        for record in decode_batch(view[pos : pos + header.size]):
+    """Every record in a buffer of batches (a fetch response or a segment), with its batch header.
+    Not for advancing a read position: see :func:`decode_batches`."""
+    for header, records in decode_batches(buf, check_crc=check_crc):
+        for record in records:
             yield header, record

@@ -29,10 +29,10 @@ from broker.coordinator import group_admin, group_offsets
 from broker.coordinator.coordinator_config import GroupConfig
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.group_metadata import GroupMetadata, GroupState
-from broker.coordinator.group_metadata_manager import GroupMetadataManager
+from broker.coordinator.group_metadata_manager import GroupMetadataManager, LogStartOffset, ReadLog, Sleep
 from client.protocol.api import ApiKey, validate_request, validate_response
 from client.protocol.errors import ErrorCode
-from client.protocol.records import build_batch, decode_records, set_base_offset
+from client.protocol.records import build_batch, decode_records, parse_header, set_base_offset
 from client.types import TopicPartition
 
 # -- virtual time ----------------------------------------------------------------------------------
@@ -144,6 +144,11 @@ class FakeLog:
         self.reads: list[tuple[TopicPartition, int]] = []
         self.fail: Exception | None = None
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """Where the fake log starts: its first batch (0 when it is empty)."""
+        batches = self.batches.get(tp, [])
+        return parse_header(batches[0]).base_offset if batches else 0
+
     def end_offset(self, tp: TopicPartition) -> int:
         batches = self.batches.get(tp, [])
         if not batches:
@@ -232,12 +237,24 @@ class GroupEnv:
     )
     auto_ack: bool = True
     own_all: bool = True
+    #: what loads read instead of :attr:`log` (a real broker.log Log, say), and its log start
+    read_log: ReadLog | None = None
+    log_start_offset: LogStartOffset | None = None
+    #: the load's retry backoff (asyncio.sleep unless a test steps it itself)
+    load_sleep: Sleep | None = None
 
     def __post_init__(self) -> None:
         self.timers = FakeTimers()
         self.append = FakeAppend(auto=self.auto_ack)
         self.log = FakeLog()
-        self.manager = GroupMetadataManager(self.config, self.append, self.log, self.timers.time_ms)
+        self.manager = GroupMetadataManager(
+            self.config,
+            self.append,
+            self.read_log or self.log,
+            self.timers.time_ms,
+            log_start_offset=self.log_start_offset or self.log.log_start_offset,
+            **({"sleep": self.load_sleep} if self.load_sleep else {}),
+        )
         ids = itertools.count(1)
         self.coordinator = GroupCoordinator(
             self.config,

@@ -23,7 +23,7 @@ from broker.coordinator.group_metadata_manager import (
     partition_for,
 )
 from broker.coordinator.group_records import group_key, group_value, offset_key, offset_value
-from client.protocol.errors import ErrorCode, KafkaError
+from client.protocol.errors import ErrorCode
 from client.types import TopicPartition
 from tests.unit.group_harness import GroupEnv
 
@@ -269,16 +269,6 @@ async def test_an_older_election_or_resignation_is_ignored() -> None:
     assert env.manager.unload(0, 4) == [] and env.manager.owned == {0: 5}
     assert env.fetch() == (E.NONE, {T0: 1})
     assert [g.group_id for g in env.manager.unload(0, 5)] == ["g"] and env.manager.owned == {}
-
-
-async def test_a_failed_read_leaves_the_partition_owned_and_without_groups() -> None:
-    """Kafka's loadGroupsAndOffsets logs the error and still takes the partition (finally)."""
-    env = one_partition_env()
-    env.log.fail = KafkaError(E.NOT_LEADER_OR_FOLLOWER, "gone")
-    loaded: list = []
-    await env.manager.load(0, 1, loaded.append)
-    assert loaded == [] and env.manager.owned == {0: 1} and not env.manager.loading
-    assert env.fetch() == (E.NONE, {})
 
 
 async def test_an_explicit_retention_survives_a_failover() -> None:
