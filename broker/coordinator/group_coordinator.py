@@ -10,12 +10,9 @@ dropped, a new generation starts, the first member is the group leader and gets 
 subscription, and the leader's SyncGroup assignment is written to ``__consumer_offsets`` before
 any member hears its own. Generation ids fence stale members (ILLEGAL_GENERATION,
 UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS); a member whose heartbeats stop for
-``session.timeout.ms`` is expelled (Kafka's DelayedHeartbeat). Heartbeats alone do not keep a
-member in a generation it never synced: when a join completes every member is pending sync, and
-a DelayedSync of the rebalance timeout, tied to that generation, expels whoever has not sent
-SyncGroup by then, in CompletingRebalance or in Stable, and rebalances (KAFKA-12890, Kafka 3.x:
-without it a leader whose assignor hangs while it heartbeats holds every follower's SyncGroup
-for ever).
+``session.timeout.ms`` is expelled, and one that never sends SyncGroup after a join completes is
+expelled after the rebalance timeout (Kafka's DelayedHeartbeat and DelayedSync, KAFKA-12890:
+:mod:`broker.coordinator.member_expiry`).
 
 Sans-IO: answers go out through the callbacks the handlers pass, timers through the injected
 :class:`Timers`, time through ``time_ms``, new member ids through ``new_member_id``. Everything
@@ -47,6 +44,7 @@ from broker.coordinator.group_responses import (
     join_error,
     sync_answer,
 )
+from broker.coordinator.member_expiry import MemberExpiry
 from client.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -67,8 +65,8 @@ class GroupCoordinator:
         self.time_ms = time_ms
         self.new_member_id = new_member_id
         self._join_timers: dict[str, Cancellable] = {}
-        #: each group's DelayedSync (KAFKA-12890), one at a time, for its current generation
-        self._sync_timers: dict[str, Cancellable] = {}
+        #: heartbeat, pending-member and pending-sync expiry (DelayedHeartbeat, DelayedSync)
+        self.expiry = MemberExpiry(self, timers, time_ms)
         #: groups whose rebalance waits out the initial delay, which no join completes early
         self._initial_delay: set[str] = set()
         self.active = True
@@ -134,7 +132,7 @@ class GroupCoordinator:
             # does not leave a defunct member behind (a static member is never asked: KafkaApis).
             member_id = self.new_member_id(client_id)
             group.pending_members.add(member_id)
-            self._schedule_pending_expiration(group, member_id, body["session_timeout_ms"])
+            self.expiry.schedule_pending_expiration(group, member_id, body["session_timeout_ms"])
             respond(join_error(member_id, ErrorCode.MEMBER_ID_REQUIRED))
         else:
             self._add_member_and_rebalance(
@@ -233,7 +231,7 @@ class GroupCoordinator:
     def prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
-        self._remove_sync_expiration(group)
+        self.expiry.remove_sync_expiration(group)
         initial = group.is_(GroupState.EMPTY)
         group.transition_to(GroupState.PREPARING_REBALANCE, self.time_ms())
         log.info(
@@ -311,7 +309,7 @@ class GroupCoordinator:
             if answer is not None:
                 answer(join_answer(group, member.member_id))
             self.schedule_heartbeat(group, member)
-        self._schedule_pending_sync(group)
+        self.expiry.schedule_pending_sync(group)
 
     def _log_store(self, group: GroupMetadata, code: int) -> None:
         if code != ErrorCode.NONE:
@@ -345,7 +343,7 @@ class GroupCoordinator:
             respond(sync_answer(error or ErrorCode.UNKNOWN_MEMBER_ID))
             return
         member = group.members[member_id]
-        self._remove_pending_sync_member(group, member_id)  # in Stable too: it synced after the leader
+        self.expiry.remove_pending_sync_member(group, member_id)  # in Stable too: it synced after the leader
         if group.is_(GroupState.STABLE):  # the assignment is known: hand it out again
             respond(sync_answer(ErrorCode.NONE, group, member.assignment))
             self.schedule_heartbeat(group, member)
@@ -447,96 +445,16 @@ class GroupCoordinator:
         elif group.is_(GroupState.PREPARING_REBALANCE):
             self._check_join(group)
 
-    # -- heartbeat expiration --------------------------------------------------------------------
+    # -- member timers (broker/coordinator/member_expiry.py) --------------------------------------
 
     def schedule_heartbeat(
         self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int | None = None
     ) -> None:
         """Kafka's completeAndScheduleNextHeartbeatExpiration."""
-        member.latest_heartbeat_ms = self.time_ms()
-        member.heartbeat_token += 1
-        token = member.heartbeat_token
-        delay = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        self.timers.call_later(delay, lambda: self._on_expire_heartbeat(group, member, token, delay))
+        self.expiry.schedule_heartbeat(group, member, timeout_ms)
 
-    def _on_expire_heartbeat(
-        self, group: GroupMetadata, member: MemberMetadata, token: int, delay: int
-    ) -> None:
-        if (
-            token != member.heartbeat_token
-            or not self.current(group)
-            or group.members.get(member.member_id) is not member
-        ):
-            return
-        keep = (member.awaiting_join is not None and not member.is_new) or member.awaiting_sync is not None
-        if not keep:
-            self.remove_member_and_update_group(group, member, f"no heartbeat for {delay} ms")
-
-    def _schedule_pending_expiration(self, group: GroupMetadata, member_id: str, timeout_ms: int) -> None:
-        def expire() -> None:
-            if self.current(group) and member_id in group.pending_members:
-                group.pending_members.discard(member_id)
-                log.info("pending member %s of group %s never joined: removed", member_id, group.group_id)
-                self._check_join(group)
-
-        self.timers.call_later(timeout_ms, expire)
-
-    # -- pending sync (Kafka's DelayedSync, KAFKA-12890) ------------------------------------------
-
-    def _schedule_pending_sync(self, group: GroupMetadata) -> None:
-        """Kafka's schedulePendingSync: a DelayedSync of the group's rebalance timeout, for the
-        generation that just started."""
-        self._cancel_sync_timer(group.group_id)
-        generation = group.generation_id
-
-        def on_timer() -> None:
-            if self._sync_timers.get(group.group_id) is handle:
-                del self._sync_timers[group.group_id]
-                self._on_expire_pending_sync(group, generation)
-
-        handle = self.timers.call_later(group.rebalance_timeout_ms(), on_timer)
-        self._sync_timers[group.group_id] = handle
-
-    def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
-        """Kafka's removePendingSyncMember: its SyncGroup arrived."""
-        group.pending_sync_members.discard(member_id)
-        self._maybe_complete_sync_expiration(group)
-
-    def _remove_sync_expiration(self, group: GroupMetadata) -> None:
-        """Kafka's removeSyncExpiration: a rebalance began or the group died; nobody is pending."""
-        group.pending_sync_members.clear()
-        self._maybe_complete_sync_expiration(group)
-
-    def _maybe_complete_sync_expiration(self, group: GroupMetadata) -> None:
-        """Kafka's tryCompletePendingSync: once nobody is pending the DelayedSync is done."""
-        if group.has_received_sync_from_all_members():
-            self._cancel_sync_timer(group.group_id)
-
-    def _cancel_sync_timer(self, group_id: str) -> None:
-        timer = self._sync_timers.pop(group_id, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _on_expire_pending_sync(self, group: GroupMetadata, generation: int) -> None:
-        """Kafka's onExpirePendingSync: the members of this generation that never sent SyncGroup
-        are removed and the group rebalances (in CompletingRebalance every waiting SyncGroup
-        hears REBALANCE_IN_PROGRESS); a DelayedSync of an older generation does nothing."""
-        if not self.current(group) or group.generation_id != generation:
-            return
-        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
-            return
-        pending = [m for m in group.members.values() if m.member_id in group.pending_sync_members]
-        if not pending:
-            return
-        for member in pending:
-            group.remove(member.member_id)
-            member.heartbeat_token += 1  # Kafka's removeHeartbeatForLeavingMember
-        ids = [m.member_id for m in pending]
-        log.info(
-            "group %s generation %d: members %s did not send SyncGroup within the rebalance timeout: removed",
-            group.group_id, generation, ids,
-        )  # fmt: skip
-        self.prepare_rebalance(group, f"removing {ids} on pending sync request expiration")
+    def check_join(self, group: GroupMetadata) -> None:
+        self._check_join(group)
 
     # -- leadership of the offsets partitions ----------------------------------------------------
 
@@ -554,7 +472,7 @@ class GroupCoordinator:
                 timer.cancel()
             self._initial_delay.discard(group.group_id)
             group.transition_to(GroupState.DEAD, self.time_ms())
-            self._remove_sync_expiration(group)
+            self.expiry.remove_sync_expiration(group)
             for member in group.summary_members():
                 if member.awaiting_join is not None:
                     member.awaiting_join(join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
