@@ -7,9 +7,15 @@ the chosen assignor (:mod:`client.consumer.assignors`) over every member's subsc
 sends the result in its SyncGroup; every member applies the assignment its SyncGroup returns.
 A background task heartbeats every ``heartbeat_interval_ms``; an answer saying a rebalance began
 (REBALANCE_IN_PROGRESS) or that this member was fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
-makes the next ``poll`` rejoin. The eager protocol: before rejoining, the member commits (with
-auto commit) and gives up all its partitions; a fenced member drops its assignment at once,
-so it delivers nothing from a partition the group may already have given to another member.
+makes the next ``poll`` rejoin (a fenced answer to a request of an older generation is
+ignored: Kafka's generationUnchanged()). The member's state is Kafka's MemberState (UNJOINED,
+PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE); it commits only when STABLE
+(:mod:`client.consumer.offset_commits`). Kafka's onJoinPrepare, the eager protocol: before
+rejoining, the member commits (with auto commit), calls ``on_partitions_revoked`` while the
+partitions are still assigned (so a commit there commits their positions), and only then gives
+them all up; when its generation was reset (fenced) it calls ``on_partitions_lost`` instead,
+also before clearing. A fenced member keeps its assignment until then but delivers nothing
+from it: ``poll`` rejoins before it returns any record, and a commit of it is refused.
 
 Offsets: ``commit`` writes the positions (or the given offsets) with OffsetCommit under the
 current generation, ``committed`` reads them back with OffsetFetch, newly assigned partitions
@@ -27,8 +33,20 @@ from collections.abc import Callable
 from client.consumer.assignors import assignor_for
 from client.consumer.config import ConsumerConfig
 from client.consumer.heartbeat import auto_commit_loop, heartbeat_loop
-from client.consumer.offset_commits import COORDINATOR_ERRORS, FENCED_ERRORS, OffsetCommits
-from client.consumer.rebalance_listener import ConsumerRebalanceListener
+from client.consumer.offset_commits import (
+    COORDINATOR_ERRORS,
+    FENCED_ERRORS,
+    NO_GENERATION,
+    UNKNOWN_MEMBER_ID,
+    MemberState,
+    OffsetCommits,
+)
+from client.consumer.rebalance_listener import (
+    ConsumerRebalanceListener,
+    invoke_partitions_assigned,
+    invoke_partitions_lost,
+    invoke_partitions_revoked,
+)
 from client.consumer.subscription_state import SubscriptionState
 from client.metadata import Cluster
 from client.protocol.api import ApiKey
@@ -45,9 +63,6 @@ from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-UNKNOWN_MEMBER_ID = ""
-NO_GENERATION = -1
 
 
 class ConsumerCoordinator(OffsetCommits):
@@ -68,6 +83,9 @@ class ConsumerCoordinator(OffsetCommits):
         self.coordinator_id: int | None = None
         self.member_id = UNKNOWN_MEMBER_ID
         self.generation = NO_GENERATION
+        self.state = MemberState.UNJOINED
+        #: Kafka's needsJoinPrepare: onJoinPrepare runs once per rebalance, not per JoinGroup retry
+        self._needs_join_prepare = True
         self.protocol: str | None = None
         self.leader_id: str | None = None
         self.need_rejoin = True
@@ -217,7 +235,9 @@ class ConsumerCoordinator(OffsetCommits):
         async with self._lock:
             while self.need_rejoin:
                 self._check()
-                await self._on_join_prepare()
+                if self._needs_join_prepare:
+                    self._needs_join_prepare = False
+                    await self._on_join_prepare(self.generation, self.member_id)
                 try:
                     await self._join_and_sync()
                 except KafkaError as exc:
@@ -231,19 +251,27 @@ class ConsumerCoordinator(OffsetCommits):
                     await asyncio.sleep(self.config.retry_backoff_ms / 1000)
             self._start_background_tasks()
 
-    async def _on_join_prepare(self) -> None:
-        """The eager protocol: commit what was consumed, then give every partition up."""
-        revoked = self._subscriptions.assigned()
-        if not revoked:
-            return
-        if self.config.enable_auto_commit and self.generation != NO_GENERATION:
+    async def _on_join_prepare(self, generation: int, member_id: str) -> None:
+        """Kafka's ConsumerCoordinator.onJoinPrepare, eager: commit what was consumed (auto
+        commit, under a stable generation only), call the listener while the partitions are
+        still assigned (lost when the generation was reset, else revoked), then give every
+        partition up, also when the listener raises."""
+        if self.config.enable_auto_commit and self.generation_if_stable() is not None:
             try:
                 await self.commit(self._positions())
             except KafkaError as exc:
                 log.warning("group %s: commit before rebalance failed: %s", self.group_id, exc)
-        self._subscriptions.assign([])
-        if self.listener is not None:
-            await self.listener.on_partitions_revoked(revoked)
+        owned = self._subscriptions.assigned()
+        try:
+            if generation == NO_GENERATION or member_id == UNKNOWN_MEMBER_ID:
+                if owned:
+                    log.info("group %s: giving away %s as lost: this member's generation was reset",
+                             self.group_id, ", ".join(map(str, sorted(owned))))  # fmt: skip
+                    await invoke_partitions_lost(self.listener, owned)
+            else:
+                await invoke_partitions_revoked(self.listener, owned)
+        finally:
+            self._subscriptions.assign([])
 
     async def _join_and_sync(self) -> None:
         if self.pattern is not None or self._cluster.stale:
@@ -270,6 +298,7 @@ class ConsumerCoordinator(OffsetCommits):
             },
         )
         self._raise_for(sync["error_code"], "SyncGroup")
+        self.state = MemberState.STABLE
         assignment = decode_assignment(sync["assignment"]) if sync["assignment"] else Assignment(())
         await self._on_join_complete(assignment)
 
@@ -287,6 +316,7 @@ class ConsumerCoordinator(OffsetCommits):
             log.debug(
                 "group %s: %s sends JoinGroup as %r", self.group_id, self.config.client_id, self.member_id
             )
+            self.state = MemberState.PREPARING_REBALANCE
             answer = await self._send(
                 ApiKey.JOIN_GROUP, body, self.config.max_poll_interval_ms + self.config.request_timeout_ms
             )
@@ -300,6 +330,7 @@ class ConsumerCoordinator(OffsetCommits):
             self._raise_for(code, "JoinGroup")
             self.member_id, self.generation = answer["member_id"], answer["generation_id"]
             self.protocol, self.leader_id = answer["protocol_name"], answer["leader"]
+            self.state = MemberState.COMPLETING_REBALANCE
             return answer
 
     def _raise_for(self, code: int, what: str) -> None:
@@ -310,9 +341,13 @@ class ConsumerCoordinator(OffsetCommits):
         raise KafkaError(code, f"{what} of group {self.group_id} (member {self.member_id or '-'}) failed")
 
     def reset_generation(self) -> None:
+        """Kafka's resetStateAndRejoin: no generation; the next join first reports the
+        partitions still assigned lost."""
         self.member_id, self.generation, self.protocol = UNKNOWN_MEMBER_ID, NO_GENERATION, None
+        self.state = MemberState.UNJOINED
         self._assignment_snapshot = None
         self.need_rejoin = True
+        self._needs_join_prepare = True
 
     async def _perform_assignment(self, protocol: str, members: list[dict]) -> list[dict]:
         """The group leader's job (seed 004): every member's subscription in, one assignment each out."""
@@ -341,13 +376,13 @@ class ConsumerCoordinator(OffsetCommits):
             if offset is not None and state is not None and state.position is None:
                 self._subscriptions.set_position(state, offset.offset)
         self.need_rejoin = False
+        self._needs_join_prepare = True
         self.rebalances += 1
         log.info(
             "group %s generation %d: member %s assigned %s",
             self.group_id, self.generation, self.member_id, ", ".join(map(str, sorted(partitions))) or "nothing",
         )  # fmt: skip
-        if self.listener is not None:
-            await self.listener.on_partitions_assigned(set(partitions))
+        await invoke_partitions_assigned(self.listener, set(partitions))
 
     # -- background: heartbeats and auto commit --------------------------------------------------
 
@@ -362,14 +397,20 @@ class ConsumerCoordinator(OffsetCommits):
                 auto_commit_loop(self), name=f"auto-commit-{self.group_id}"
             )
 
-    def _on_heartbeat(self, code: int) -> None:
+    def _on_heartbeat(self, code: int, sent: tuple[int, str]) -> None:
+        """Kafka's HeartbeatResponseHandler; ``sent``: the generation and member id it was sent
+        with. A fenced member keeps its assignment until the next join reports it lost."""
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
-            self.need_rejoin = True
+            if self.state is MemberState.STABLE:
+                self.need_rejoin = True
         elif code in FENCED_ERRORS:
-            log.info("group %s: member %s was fenced (%s): its partitions are gone",
+            if (self.generation, self.member_id) != sent:
+                log.info("group %s: heartbeat of the stale generation %d failed (%s): ignored",
+                         self.group_id, sent[0], ErrorCode(code).name)  # fmt: skip
+                return
+            log.info("group %s: member %s was fenced (%s): its partitions are lost",
                      self.group_id, self.member_id, ErrorCode(code).name)  # fmt: skip
             self.reset_generation()
-            self._subscriptions.assign([])  # deliver nothing more from them
 
     async def leave_group(self) -> None:
         if self.generation == NO_GENERATION and self.member_id == UNKNOWN_MEMBER_ID:

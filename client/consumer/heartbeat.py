@@ -2,7 +2,11 @@
 auto commit; docs/design.md "Consumer groups"): a Heartbeat every ``heartbeat_interval_ms`` while
 the member holds a generation (leaving the group when ``poll`` was not called for
 ``max_poll_interval_ms``, as Kafka's heartbeat thread does), and a commit of the positions every
-``auto_commit_interval_ms`` with ``enable_auto_commit``.
+``auto_commit_interval_ms`` with ``enable_auto_commit``. Each heartbeat's answer is handled
+against the generation it was sent with, so a fenced answer about a generation the member has
+already left resets nothing (Kafka's generationUnchanged()); auto commit runs only under a held
+generation, and a commit of a member fenced meanwhile is refused, never sent as a standalone
+consumer's (:mod:`client.consumer.offset_commits`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ class Member(Protocol):
 
     async def _send(self, api_key: ApiKey, body: dict, timeout_ms: int | None = None) -> dict: ...
 
-    def _on_heartbeat(self, code: int) -> None: ...
+    def _on_heartbeat(self, code: int, sent: tuple[int, str]) -> None: ...
 
     async def leave_group(self) -> None: ...
 
@@ -52,6 +56,7 @@ async def heartbeat_loop(member: Member) -> None:
             )  # fmt: skip
             await member.leave_group()
             continue
+        sent = (member.generation, member.member_id)
         try:
             answer = await member._send(
                 ApiKey.HEARTBEAT,
@@ -61,7 +66,7 @@ async def heartbeat_loop(member: Member) -> None:
         except KafkaError as exc:
             log.debug("group %s: heartbeat failed: %s", member.group_id, exc)
             continue
-        member._on_heartbeat(answer["error_code"])
+        member._on_heartbeat(answer["error_code"], sent)
 
 
 def _poll_overdue(member: Member) -> bool:

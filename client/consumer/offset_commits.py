@@ -1,22 +1,43 @@
-"""A group member's committed offsets (Kafka's ConsumerCoordinator.commitOffsetsSync and
-fetchCommittedOffsets; docs/design.md "Consumer groups"): OffsetCommit under the member's
-generation (generation -1 and no member id for a consumer that assigns its own partitions),
-answered only once the coordinator wrote it with acks=all, and OffsetFetch of the offsets the
-group committed. A mixin of :class:`client.consumer.group_coordinator.ConsumerCoordinator`.
+"""A group member's committed offsets (Kafka's ConsumerCoordinator.commitOffsetsSync,
+sendOffsetCommitRequest and fetchCommittedOffsets; docs/design.md "Consumer groups").
+
+OffsetCommit is answered only once the coordinator wrote it with acks=all. A member with
+subscribed (auto-assigned) partitions commits only under ``generationIfStable()``: while it is
+between generations it raises RebalanceInProgressError, and once its generation was reset
+(fenced: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) it raises CommitFailedError, sending nothing in
+either case. It must not fall back to generation -1 and no member id: that is how a consumer
+that assigns its own partitions commits, which an Empty group accepts, so a fenced member's
+stale offset would replace the one the partition's next owner committed. A fenced answer to a
+commit resets the generation only when it is about the generation the commit was sent under
+(Kafka's generationUnchanged()): the member may have joined a newer one meanwhile. OffsetFetch
+reads the offsets the group committed. A mixin of
+:class:`client.consumer.group_coordinator.ConsumerCoordinator`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from client.consumer.config import ConsumerConfig
+from client.consumer.errors import (
+    NOT_IN_ACTIVE_GROUP,
+    STALE_GENERATION,
+    UNDERGOING_REBALANCE,
+    CommitFailedError,
+    RebalanceInProgressError,
+)
 from client.consumer.subscription_state import SubscriptionState
 from client.protocol.api import ApiKey
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import OffsetAndMetadata, TopicPartition
 
+log = logging.getLogger("client.consumer.group_coordinator")
+
 NO_GENERATION = -1
+UNKNOWN_MEMBER_ID = ""
 #: errors after which the coordinator must be looked up again
 COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION}
@@ -27,6 +48,15 @@ FENCED_ERRORS = frozenset(
 )
 
 
+class MemberState(enum.Enum):
+    """Kafka's AbstractCoordinator.MemberState: where the member is in joining its group."""
+
+    UNJOINED = "unjoined"  # no generation (never joined, left, or fenced)
+    PREPARING_REBALANCE = "preparing_rebalance"  # JoinGroup sent
+    COMPLETING_REBALANCE = "completing_rebalance"  # JoinGroup answered, SyncGroup not yet
+    STABLE = "stable"  # SyncGroup answered: the generation's assignment is known
+
+
 class OffsetCommits:
     """The ConsumerCoordinator provides these (annotations only: nothing here stands in for them)."""
 
@@ -35,9 +65,31 @@ class OffsetCommits:
     generation: int
     member_id: str
     need_rejoin: bool
+    state: MemberState
+    subscribed: bool  # partitions assigned by the group (Kafka's hasAutoAssignedPartitions)
     _subscriptions: SubscriptionState
     _send: Callable[..., Awaitable[dict]]  # a request to the coordinator (ConsumerCoordinator._send)
     mark_coordinator_unknown: Callable[[str], None]
+    reset_generation: Callable[[], None]
+
+    def generation_if_stable(self) -> tuple[int, str] | None:
+        """Kafka's generationIfStable: (generation, member id) once SyncGroup was answered."""
+        return (self.generation, self.member_id) if self.state is MemberState.STABLE else None
+
+    def rebalance_in_progress(self) -> bool:
+        return self.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE)
+
+    def _commit_generation(self) -> tuple[int, str]:
+        """The generation and member id to commit under, or the error to raise without sending."""
+        if not self.subscribed:
+            return NO_GENERATION, UNKNOWN_MEMBER_ID  # partitions assigned by hand (assign())
+        stable = self.generation_if_stable()
+        if stable is not None:
+            return stable
+        log.info("group %s: failing OffsetCommit: not part of an active group", self.group_id)
+        if self.rebalance_in_progress():
+            raise RebalanceInProgressError(UNDERGOING_REBALANCE)
+        raise CommitFailedError(ErrorCode.UNKNOWN_MEMBER_ID, NOT_IN_ACTIVE_GROUP)
 
     def _positions(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {
@@ -47,19 +99,18 @@ class OffsetCommits:
         }
 
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
-        """OffsetCommit under the current generation (synchronous commit: waits for the answer)."""
+        """OffsetCommit under the current generation (synchronous commit: waits for the answer).
+        Raises CommitFailedError or RebalanceInProgressError (see the module docstring)."""
         offsets = self._positions() if offsets is None else offsets
         if not offsets:
             return
+        sent = generation, member = self._commit_generation()
         topics: dict[str, list[dict]] = {}
         for tp, om in offsets.items():
             topics.setdefault(tp[0], []).append(
                 {"partition": tp[1], "committed_offset": om.offset, "committed_leader_epoch": om.leader_epoch,
                  "committed_metadata": om.metadata}
             )  # fmt: skip
-        generation, member = (
-            (self.generation, self.member_id) if self.generation != NO_GENERATION else (-1, "")
-        )
         response = await self._send(
             ApiKey.OFFSET_COMMIT,
             {
@@ -73,14 +124,31 @@ class OffsetCommits:
         for t in response["topics"]:
             for p in t["partitions"]:
                 if p["error_code"] != ErrorCode.NONE:
-                    code = p["error_code"]
-                    if code in FENCED_ERRORS or code == ErrorCode.REBALANCE_IN_PROGRESS:
-                        self.need_rejoin = True
-                    if code in COORDINATOR_ERRORS:
-                        self.mark_coordinator_unknown("OffsetCommit")
-                    raise KafkaError(
-                        code, f"committing {t['topic']}-{p['partition']} for group {self.group_id}"
-                    )
+                    self._raise_commit_error(p["error_code"], f"{t['topic']}-{p['partition']}", sent)
+
+    def _raise_commit_error(self, code: int, where: str, sent: tuple[int, str]) -> None:
+        """Kafka's OffsetCommitResponseHandler: ``sent`` is the generation committed under."""
+        unchanged = (self.generation, self.member_id) == sent
+        if code in FENCED_ERRORS:
+            log.info("group %s: OffsetCommit of %s under generation %d failed: %s",
+                     self.group_id, where, sent[0], ErrorCode(code).name)  # fmt: skip
+            if not unchanged:
+                # about a generation already gone: the member's newer one stays as it is
+                if self.state is MemberState.PREPARING_REBALANCE:
+                    raise RebalanceInProgressError(STALE_GENERATION)
+                raise CommitFailedError(code)
+            if code == ErrorCode.FENCED_INSTANCE_ID:  # KIP-345: another instance took the id
+                self.need_rejoin = True
+                raise KafkaError(code, f"committing {where} for group {self.group_id}")
+            if self.subscribed:
+                self.reset_generation()
+            raise CommitFailedError(code)
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.need_rejoin = True
+            raise RebalanceInProgressError()
+        if code in COORDINATOR_ERRORS:
+            self.mark_coordinator_unknown("OffsetCommit")
+        raise KafkaError(code, f"committing {where} for group {self.group_id}")
 
     async def fetch_committed(
         self, tps: list[TopicPartition]

@@ -61,7 +61,7 @@ def loads_forget_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def members_ignore_rebalances(monkeypatch: pytest.MonkeyPatch) -> None:
     """A member takes no notice of a heartbeat saying a rebalance began or that it was fenced."""
-    monkeypatch.setattr(ConsumerCoordinator, "_on_heartbeat", lambda self, code: None)
+    monkeypatch.setattr(ConsumerCoordinator, "_on_heartbeat", lambda self, code, sent: None)
 
 
 CASES: dict[str, tuple[Plant, str, range]] = {
