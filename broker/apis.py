@@ -24,6 +24,7 @@ from broker.group_apis import GroupApis
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
 from broker.producer_id_manager import InvalidProducerIdAndEpoch, ProducerIdManager
+from broker.replica import offset_lookup
 from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.replica_manager import ReplicaManager
 from client.protocol.api import SUPPORTED_APIS, ApiKey, error_body
@@ -247,8 +248,8 @@ class KafkaApis:
         request.respond(
             per_partition(
                 body,
-                lambda tp, p: self.rm.list_offset(
-                    tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
+                lambda tp, p: offset_lookup.list_offset(
+                    self.rm, tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
                 ),
             )
         )
@@ -257,7 +258,9 @@ class KafkaApis:
         request.respond(
             per_partition(
                 request.body,
-                lambda tp, p: self.rm.end_offset_for_epoch(tp, p["leader_epoch"], p["current_leader_epoch"]),
+                lambda tp, p: offset_lookup.end_offset_for_epoch(
+                    self.rm, tp, p["leader_epoch"], p["current_leader_epoch"]
+                ),
             )
         )
 

@@ -2,13 +2,18 @@
 DelayedProduce and DelayedFetch; docs/guarantees.md "acks=all and min.insync.replicas").
 
 DelayedProduce (acks=all) completes for each partition when the HW passes the batch's last
-offset (success), the ISR is below min.insync.replicas at that point
-(NOT_ENOUGH_REPLICAS_AFTER_APPEND), the broker is no longer leader
-(NOT_LEADER_OR_FOLLOWER), or the timeout passes (REQUEST_TIMED_OUT).
+offset (Kafka's Partition.checkEnoughReplicasReachOffset: NONE, or
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the maximal ISR is below the effective min.insync.replicas
+at that point), the broker is no longer leader (NOT_LEADER_OR_FOLLOWER), or the timeout passes
+(REQUEST_TIMED_OUT). Since Kafka 3.7 (KAFKA-15583) the HW does not move while the ISR is under
+min ISR, so a shrink below it leaves the write parked: it succeeds if the ISR comes back in time.
 
 DelayedFetch completes when min bytes are available, an error or leadership change hits one
 of its partitions, the HW moved for a follower, or max wait passes; it then reads again and
-answers with what is there.
+answers with what is there. That read never touches follower state (Kafka's
+``ReplicaManager.readFromLog(readFromPurgatory = true)``: ``updateFetchState = false``): no
+follower LEO, caught-up time, HW or ISR move, and no partition is marked clean in a fetch session;
+only the read at the fetch's arrival does that.
 """
 
 from __future__ import annotations
@@ -42,7 +47,11 @@ class LeaderReplicas(Protocol):
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool: ...
 
     def read_from_local_log(
-        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
+        self,
+        replica_id: int,
+        requested: dict[TopicPartition, dict],
+        max_bytes: int,
+        update_fetch_state: bool = True,
     ) -> dict: ...
 
 
@@ -87,11 +96,12 @@ class DelayedProduce(DelayedOperation):
             status.error_code, status.error_message, status.pending = exc.code, exc.message, False
             return
         if log_.high_watermark >= status.required_offset:
-            min_isr = self.replica_manager.min_insync_replicas(tp[0])
-            if len(partition.isr) < min_isr:
+            min_isr = partition.effective_min_isr(self.replica_manager.min_insync_replicas(tp[0]))
+            maximal_isr = partition.maximal_isr
+            if len(maximal_isr) < min_isr:
                 status.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                 status.error_message = (
-                    f"ISR {sorted(partition.isr)} shrank below min.insync.replicas={min_isr}"
+                    f"maximal ISR {sorted(maximal_isr)} is below min.insync.replicas={min_isr}"
                 )
             status.pending = False
 
@@ -168,13 +178,16 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
+        """Read again and answer (Kafka's DelayedFetch.onComplete: ``readFromLog`` with
+        ``readFromPurgatory = true``): the read moves no follower state and ``respond`` marks
+        nothing clean; the follower's next fetch reads what changed and records it."""
         if self.session is not None:
             requested = self.session.to_read()
         else:
             requested = {tp: status.fetch for tp, status in self.statuses.items()}
         self.respond(
             self.replica_manager.read_from_local_log(
-                self.body["replica_id"], requested, self.body["max_bytes"]
+                self.body["replica_id"], requested, self.body["max_bytes"], update_fetch_state=False
             )
         )
 

@@ -31,10 +31,18 @@ A wrong session id is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SE
 follower then starts a new session with a full fetch. Epoch -1 (Kafka's FINAL_EPOCH) is a
 sessionless fetch (and closes the named session): consumers fetch that way, and only followers get
 sessions here. The cache holds ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's
-name and default, 1,000); a new session evicts those idle for 2 minutes (Kafka's
-``min.incremental.fetch.session.eviction.ms``), then the least recently used. Session ids count up
-from 1 (deterministic for the simulator); a stale id is harmless: it must name a session of the
-same replica at the expected epoch.
+name and default, 1,000). A full fetch finding it full may evict one session, as Kafka's
+``FetchSessionCache.maybeCreateSession`` / ``tryEvict`` / ``touch`` do (KIP-227): the least
+recently used one if it is stale (unused for more than ``MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS``,
+two minutes: in Kafka a constant of KafkaServer, not a config); else the least valuable evictable
+one, ordered by (privileged, partitions, id), if it is worth less than the new one: a consumer's
+(unprivileged) session is evictable by a follower's at any time, a session created more than
+two minutes before its last use by anyone's, and a new session evicts an evictable one only if it
+is privileged and that one is not, or holds more partitions. Otherwise the fetch gets no session
+(INVALID_SESSION_ID: it is answered in full, sessionless) and every existing session carries on,
+so two followers over one slot never take turns evicting each other. Session ids count up from 1
+(deterministic for the simulator); a stale id is harmless: it must name a session of the same
+replica at the expected epoch.
 """
 
 from __future__ import annotations
@@ -52,7 +60,9 @@ INITIAL_EPOCH = 0  # a full fetch that opens a session
 INVALID_SESSION_ID = 0
 MAX_EPOCH = 2**31 - 1
 DEFAULT_SLOTS = 1000
-EVICTION_IDLE_MS = 120_000
+#: Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS (KIP-227 named the config
+#: min.incremental.fetch.session.eviction.ms; Kafka 3.7 has only this constant)
+MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS = 120_000
 
 
 def next_epoch(epoch: int) -> int:
@@ -82,9 +92,19 @@ class CachedPartition:
 class FetchSession:
     """A follower's session (Kafka's FetchSession)."""
 
-    def __init__(self, session_id: int, replica_id: int, now_ms: int) -> None:
+    def __init__(
+        self, session_id: int, replica_id: int, now_ms: int, privileged: bool = True, size: int = 0
+    ) -> None:
         self.id = session_id
         self.replica_id = replica_id
+        #: a follower's session (Kafka's ``privileged``): evicted by another follower's only when
+        #: stale, or created long ago and smaller than the new one
+        self.privileged = privileged
+        self.creation_ms = now_ms
+        #: Kafka's cachedSize and evictable trees, as of the session's last use (FetchSessionCache.touch)
+        self.cached_size = size
+        self.evictable_by_privileged = not privileged
+        self.evictable_by_all = False
         self.epoch = next_epoch(INITIAL_EPOCH)  # what the next incremental FETCH must carry
         self.partitions: dict[TopicPartition, CachedPartition] = {}
         self.dirty: set[TopicPartition] = set()  # to read at the next fetch
@@ -112,7 +132,8 @@ class FetchSession:
 
     def to_read(self) -> dict[TopicPartition, dict]:
         """The request entries of the dirty partitions: what this fetch reads (nothing once closed:
-        its entries may be older than what the follower has, and would move its state back)."""
+        a parked fetch of an evicted or replaced session answers a connection the follower has
+        left, and its entries may be older than what the follower has)."""
         if self.closed:
             return {}
         return {tp: self.partitions[tp].fetch for tp in self.dirty if tp in self.partitions}
@@ -146,9 +167,11 @@ class FetchSession:
 class FetchSessionCache:
     """Every session of this leader (Kafka's FetchSessionCache), and which hold a partition."""
 
-    def __init__(self, slots: int = DEFAULT_SLOTS, eviction_idle_ms: int = EVICTION_IDLE_MS) -> None:
+    def __init__(
+        self, slots: int = DEFAULT_SLOTS, eviction_ms: int = MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
+    ) -> None:
         self.slots = slots
-        self.eviction_idle_ms = eviction_idle_ms
+        self.eviction_ms = eviction_ms  # Kafka's evictionMs
         self._sessions: dict[int, FetchSession] = {}  # least recently used first
         self._holding: dict[TopicPartition, dict[int, FetchSession]] = {}
         self._next_id = 1
@@ -160,20 +183,58 @@ class FetchSessionCache:
         session = self._sessions.get(session_id)
         return session if session is not None and session.replica_id == replica_id else None
 
-    def create(self, replica_id: int, now_ms: int) -> FetchSession | None:
-        """A new session, or None when the cache has no slot (a slot of 0: sessions are off)."""
-        if self.slots <= 0:
+    def create(
+        self, replica_id: int, now_ms: int, size: int = 0, privileged: bool = True
+    ) -> FetchSession | None:
+        """Kafka's maybeCreateSession: a new session of ``size`` partitions when there is a free
+        slot or :meth:`_try_evict` frees one, else None (the fetch goes sessionless; a slot count
+        of 0 turns sessions off)."""
+        if len(self._sessions) >= self.slots and not self._try_evict(privileged, size, now_ms):
             return None
-        for session in list(self._sessions.values()):
-            if now_ms - session.last_used_ms >= self.eviction_idle_ms or len(self._sessions) >= self.slots:
-                self.remove(session)
         session_id = self._next_id
         while session_id == INVALID_SESSION_ID or session_id in self._sessions:
             session_id = 1 if session_id >= MAX_EPOCH else session_id + 1
         self._next_id = 1 if session_id >= MAX_EPOCH else session_id + 1
-        session = FetchSession(session_id, replica_id, now_ms)
+        session = FetchSession(session_id, replica_id, now_ms, privileged, size)
         self._sessions[session_id] = session
+        self._touch(session, now_ms, size)
         return session
+
+    def _try_evict(self, privileged: bool, size: int, now_ms: int) -> bool:
+        """Kafka's tryEvict: remove the least recently used session if it is stale; else the least
+        valuable session evictable by the new one, if the new one is worth at least as much by
+        (privileged, size, id), the new id counting as 0, so an equal size never evicts. A scan:
+        it runs only for a full fetch finding the cache full, over sessions that are few here
+        (followers only)."""
+        lru = next(iter(self._sessions.values()), None)
+        if lru is None:
+            return False
+        if now_ms - lru.last_used_ms > self.eviction_ms:
+            self.remove(lru)
+            return True
+        evictable = [
+            s
+            for s in self._sessions.values()
+            if (s.evictable_by_privileged if privileged else s.evictable_by_all)
+        ]
+        if not evictable:
+            return False
+        victim = min(evictable, key=lambda s: (s.privileged, s.cached_size, s.id))
+        if (privileged, size, 0) < (victim.privileged, victim.cached_size, victim.id):
+            return False
+        self.remove(victim)
+        return True
+
+    def _touch(self, session: FetchSession, now_ms: int, size: int) -> None:
+        """Kafka's FetchSessionCache.touch: ``session`` becomes the most recently used, and its
+        size (``size`` partitions) and evictability are taken as of now."""
+        self._sessions.pop(session.id, None)
+        self._sessions[session.id] = session
+        session.last_used_ms = now_ms
+        session.cached_size = size
+        old = now_ms - session.creation_ms > self.eviction_ms
+        session.evictable_by_privileged = old or not session.privileged
+        session.evictable_by_all = old
 
     def remove(self, session: FetchSession) -> None:
         """Evicted, replaced or closed: its clean partitions are settled as of its last fetch."""
@@ -196,10 +257,9 @@ class FetchSessionCache:
     def use(self, session: FetchSession, now_ms: int) -> None:
         """A fetch of ``session`` arrived: it becomes the most recently used, its epoch moves on, and
         its clean partitions count as caught up at ``now_ms``."""
-        self._sessions.pop(session.id, None)
-        self._sessions[session.id] = session
+        self._touch(session, now_ms, len(session.partitions))
         session.epoch = next_epoch(session.epoch)
-        session.last_used_ms = session.last_fetch_ms = now_ms
+        session.last_fetch_ms = now_ms
 
     def update(
         self,
@@ -271,10 +331,10 @@ def fetch_context(cache: FetchSessionCache, body: dict, now_ms: int) -> FetchCon
     if epoch == FINAL_EPOCH or replica_id < 0:
         return FetchContext(requested)  # consumers fetch without a session here
     if epoch == INITIAL_EPOCH:
-        session = cache.create(replica_id, now_ms)
+        session = cache.create(replica_id, now_ms, size=len(requested))
         if session is not None:
             cache.update(session, requested, ())
-        return FetchContext(requested, session)
+        return FetchContext(requested, session)  # without a session: answered in full, id 0
     if old is None:
         return FetchContext({}, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if epoch != old.epoch:
@@ -292,7 +352,11 @@ def mark_clean(
 ) -> None:
     """Each partition a session read that found its follower caught up to the LEO, in the ISR with
     no ISR change pending, and without error is clean: the session reads it again only once
-    touched (ReplicaManager.fetch_ready, and every applied ISR change)."""
+    touched (ReplicaManager.fetch_ready, and every applied ISR change). Only for the read at a
+    fetch's arrival, the one that recorded the follower's fetch state: the read of a parked
+    fetch's completion moves no follower state (Kafka's ``readFromPurgatory``), so it proves
+    nothing about this session; marking there let a session the follower had abandoned take
+    the follower's credit (``RemoteReplica.clean_in``) from the session it fetches with."""
     session = context.session
     if session is None or session.closed:
         return

@@ -35,8 +35,10 @@ The decisions (who is out of sync, who may rejoin, what the new ISR is) come fro
 * While ZooKeeper stays unreachable the change stays pending
   (:meth:`Partition.defer_isr_update`): the HW keeps counting its replicas (KIP-497's maximal
   ISR), no other ISR change is proposed, and each isr-expiration tick tries to settle it again.
-* After a change the replica manager re-evaluates the HW and wakes the purgatories (parked
-  acks=all requests may now succeed or fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+* After a change the replica manager re-evaluates the HW and wakes the purgatories: parked
+  acks=all requests may now succeed. A shrink below min.insync.replicas holds the HW where it is
+  (Kafka 3.7, KAFKA-15583) and fails nothing: the requests wait for the expand that brings the
+  ISR back to the minimum, or for their timeout.
 * **Propagation** ("isr-change-propagation", every 2.5 s): changed partitions are announced in
   one ``/isr_change_notification/isr_change_<seq>`` once no change came for 5 s, or 60 s after
   the previous announcement (Kafka's constants), so a flapping ISR does not flood the

@@ -10,7 +10,11 @@ That keeps the high watermark rules testable offset by offset:
 * A follower is caught up when its fetch offset reaches the leader's LEO; the time of that
   (``last_caught_up_time_ms``) drives Kafka's time-based ISR rule (``replica.lag.time.max.ms``).
 * The partition HW is the minimum LEO over the leader and every replica that is in the ISR
-  or caught up within the lag time, and it only moves forward.
+  or caught up within the lag time, and it only moves forward. It does not move at all while the
+  ISR is below min.insync.replicas bounded by the replication factor (KAFKA-15583, Kafka 3.7's
+  ``isUnderMinIsr`` and ``effectiveMinIsr``): a record held by fewer replicas than that is
+  visible to no consumer, whatever its acks (docs/guarantees.md "acks=all and
+  min.insync.replicas").
 * A follower's HW is min(its own LEO, the HW in the leader's fetch response).
 * ISR changes (docs/design.md "ISR management"): the leader drops followers that have not caught up
   within the lag time and re-adds a follower whose LEO reached the HW and the current epoch's start
@@ -244,6 +248,18 @@ class Partition:
             return False
         replica.update_fetch_state(fetch_offset, leader_log_end_offset, now_ms)
         return True
+
+    def effective_min_isr(self, min_insync_replicas: int) -> int:
+        """Kafka 3.7's effectiveMinIsr (KAFKA-15583): the topic's min.insync.replicas, at most the
+        replication factor (the leader and its remote replicas), so a setting above the RF refuses
+        nothing a full ISR could satisfy and never holds the HW for ever."""
+        return min(min_insync_replicas, len(self.remote_replicas) + 1)
+
+    def is_under_min_isr(self, min_insync_replicas: int) -> bool:
+        """Kafka 3.7's isUnderMinIsr: this broker leads and its ISR (the ISR itself, not the maximal
+        ISR: a pending expand does not count until its write lands) is smaller than the effective
+        min.insync.replicas. While it is, the HW does not move (maybeIncrementLeaderHW)."""
+        return self.is_leader and len(self.isr) < self.effective_min_isr(min_insync_replicas)
 
     def high_watermark_candidate(
         self,

@@ -39,8 +39,6 @@ from broker.replica.replication_quota import ReplicationQuotas
 from client.protocol.api import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
 )
 from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
@@ -199,6 +197,13 @@ class ReplicaManager:
     # -- high watermark (Kafka's Partition.maybeIncrementLeaderHW) ---------------------------------
 
     def maybe_increment_high_watermark(self, partition: Partition, log_: Log) -> bool:
+        """Kafka 3.7's maybeIncrementLeaderHW: nothing while the ISR is under the effective
+        min.insync.replicas (KAFKA-15583), else the candidate of :meth:`Partition.high_watermark_candidate`."""
+        # A full ISR is never under min ISR: the topic's config is looked up only when one is short.
+        if len(partition.isr) <= len(partition.remote_replicas) and partition.is_under_min_isr(
+            self.min_insync_replicas(partition.topic)
+        ):
+            return False
         new_hw = partition.high_watermark_candidate(
             log_.log_end_offset, log_.high_watermark, self.time_ms(), self.config["replica.lag.time.max.ms"]
         )
@@ -228,8 +233,10 @@ class ReplicaManager:
 
     def _on_isr_changed(self, partition: Partition) -> None:
         """After the ISR or the maximal ISR changed (an expand settled either way): the HW may move
-        (it is the minimum LEO over the leader and the ISR, so a shrink can raise it), and parked
-        acks=all requests may complete or fail below min.insync.replicas."""
+        (it is the minimum LEO over the leader and the ISR, so a shrink can raise it, unless it
+        leaves the ISR under min.insync.replicas; an expand back to the minimum releases it), and
+        parked acks=all requests may complete (Kafka 3.7: a shrink no longer fails them; they
+        wait for the HW or their timeout)."""
         touch(self.fetch_sessions, partition.key)  # read at the sessions' next fetches
         log_ = self.get_log(partition.key)
         leads = log_ is not None and self.partitions.get(partition.key) is partition and partition.is_leader
@@ -281,12 +288,8 @@ class ReplicaManager:
         try:
             partition, log_ = self.leader_log(tp)
             self._check_free_space(tp, log_, len(records))
-            if acks == -1 and len(partition.isr) < self.min_insync_replicas(tp[0]):
-                raise KafkaError(
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    f"{tp[0]}-{tp[1]}: ISR {sorted(partition.isr)} is smaller than "
-                    f"min.insync.replicas={self.min_insync_replicas(tp[0])}",
-                )
+            if acks == -1:
+                self._check_min_isr(tp, partition)
             info = log_.append_as_leader(records, partition.leader_epoch)
         except KafkaError as exc:
             return ProducePartitionStatus(exc.code, -1, -1, exc.message)
@@ -296,6 +299,19 @@ class ReplicaManager:
         return ProducePartitionStatus(
             ErrorCode.NONE, info.first_offset, info.last_offset + 1, None, log_.log_start_offset
         )
+
+    def _check_min_isr(self, tp: TopicPartition, partition: Partition) -> None:
+        """Kafka's appendRecordsToLeader: acks=all is refused before the append while the ISR is
+        smaller than the effective min.insync.replicas (KAFKA-15583: bounded by the RF)."""
+        configured = self.min_insync_replicas(tp[0])
+        effective = partition.effective_min_isr(configured)
+        if len(partition.isr) < effective:
+            bound = f" (bounded by the replication factor to {effective})" if effective < configured else ""
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{tp[0]}-{tp[1]}: ISR {sorted(partition.isr)} is smaller than "
+                f"min.insync.replicas={configured}{bound}",
+            )
 
     def _check_free_space(self, tp: TopicPartition, log_: Log, nbytes: int) -> None:
         """Issue 25: a log dir below its free-space floor takes no client appends. The refusal is
@@ -313,9 +329,20 @@ class ReplicaManager:
 
     # -- Fetch (Kafka's ReplicaManager.fetchMessages and DelayedFetch) ------------------------------
 
-    def read(self, tp: TopicPartition, replica_id: int, fetch: dict, max_bytes: int) -> ReadResult:
+    def read(
+        self,
+        tp: TopicPartition,
+        replica_id: int,
+        fetch: dict,
+        max_bytes: int,
+        update_fetch_state: bool = True,
+    ) -> ReadResult:
         """Read one partition for a consumer (below the HW) or a follower (below the LEO), or for
-        a debugging consumer (:meth:`read_for_debugging`)."""
+        a debugging consumer (:meth:`read_for_debugging`). A follower's read records its fetch
+        (its LEO, caught-up time; then the HW and an ISR expand) only with ``update_fetch_state``:
+        Kafka's Partition.fetchRecords ``updateFetchState = !readFromPurgatory``, so the read of a
+        parked fetch's completion, whose entries may be older than the follower's latest fetch,
+        never moves follower state."""
         if replica_id == DEBUGGING_REPLICA_ID:
             return self.read_for_debugging(tp, fetch, max_bytes)
         try:
@@ -340,7 +367,7 @@ class ReplicaManager:
             )
             if throttled:
                 self.quotas.leader.record(len(data.records), self.time_ms())
-            if is_follower:
+            if is_follower and update_fetch_state:
                 partition.update_follower_fetch(
                     replica_id, fetch["fetch_offset"], log_.log_end_offset, self.time_ms()
                 )
@@ -386,12 +413,14 @@ class ReplicaManager:
             respond({}, INVALID_SESSION_ID, context.error_code)
             return
 
-        def finish(results: dict[TopicPartition, ReadResult]) -> None:
-            mark_clean(context, results, self.partitions)
+        def answer(results: dict[TopicPartition, ReadResult]) -> None:
             respond(context.answer(results), context.session_id, ErrorCode.NONE)
 
         requested = context.to_read()
         results = self.read_from_local_log(replica_id, requested, body["max_bytes"])
+        # Only this read, at the fetch's arrival, updated the follower's state: only it may mark
+        # the session's partitions clean (a parked fetch's completion reads without either).
+        mark_clean(context, results, self.partitions)
         ready_bytes = sum(len(r.records) for r in results.values())
         has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
         # Seed 000: answer at once when max wait <= 0, nothing was asked, min bytes are ready, or on
@@ -403,72 +432,31 @@ class ReplicaManager:
             or has_error
             or (context.incremental and context.session.answer_due(results))
         ):
-            finish(results)
+            answer(results)
             return
-        mark_clean(context, results, self.partitions)
         statuses = {tp: FetchPartitionStatus(p, results[tp].high_watermark) for tp, p in requested.items()}
-        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, finish, context)
+        operation = DelayedFetch(body["max_wait_ms"], body, statuses, self, answer, context)
         keys = [context.session.key] if context.incremental else list(requested)
         self.fetch_purgatory.try_complete_else_watch(operation, keys)
 
     def read_from_local_log(
-        self, replica_id: int, requested: dict[TopicPartition, dict], max_bytes: int
+        self,
+        replica_id: int,
+        requested: dict[TopicPartition, dict],
+        max_bytes: int,
+        update_fetch_state: bool = True,
     ) -> dict[TopicPartition, ReadResult]:
         """Kafka's readFromLocalLog: read each requested partition in turn, within ``max_bytes``
-        for the whole fetch; for a fetch now, and again when a parked DelayedFetch completes."""
+        for the whole fetch; for a fetch now, and again when a parked DelayedFetch completes
+        (then with ``update_fetch_state`` False: Kafka's ``readFromPurgatory = true``)."""
         results = {}
         remaining = max_bytes
         for tp, fetch in requested.items():
             limit = max(0, min(fetch["partition_max_bytes"], remaining))
-            result = self.read(tp, replica_id, fetch, limit)
+            result = self.read(tp, replica_id, fetch, limit, update_fetch_state)
             remaining -= len(result.records)
             results[tp] = result
         return results
-
-    # -- ListOffsets and OffsetsForLeaderEpoch ----------------------------------------------------------
-
-    def list_offset(
-        self,
-        tp: TopicPartition,
-        timestamp: int,
-        current_leader_epoch: int,
-        replica_id: int = CONSUMER_REPLICA_ID,
-    ) -> dict:
-        """ListOffsets. LATEST is the HW for a consumer and the LEO for a follower (as in Kafka:
-        a follower handling OFFSET_OUT_OF_RANGE needs the leader's real log end)."""
-        try:
-            partition, log_ = self.leader_log(tp, current_leader_epoch)
-        except KafkaError as exc:
-            return {"error_code": exc.code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
-        if timestamp == EARLIEST_TIMESTAMP:
-            offset, ts = log_.log_start_offset, -1
-        elif timestamp == LATEST_TIMESTAMP:
-            offset = log_.high_watermark if replica_id == CONSUMER_REPLICA_ID else log_.log_end_offset
-            ts = -1
-        else:
-            found = log_.offset_for_timestamp(timestamp)
-            if found is None or found[0] >= log_.high_watermark:
-                offset, ts = -1, -1
-            else:
-                offset, ts = found
-        return {
-            "error_code": ErrorCode.NONE,
-            "timestamp": ts,
-            "offset": offset,
-            "leader_epoch": partition.leader_epoch,
-        }
-
-    def end_offset_for_epoch(
-        self, tp: TopicPartition, requested_epoch: int, current_leader_epoch: int
-    ) -> dict:
-        """OffsetsForLeaderEpoch (KIP-101): the leader's LEO for its latest epoch, else the start
-        offset of the first epoch above the requested one."""
-        try:
-            _, log_ = self.leader_log(tp, current_leader_epoch)
-        except KafkaError as exc:
-            return {"error_code": exc.code, "leader_epoch": -1, "end_offset": -1}
-        epoch, end_offset = log_.leader_epoch_cache.end_offset_for(requested_epoch, log_.log_end_offset)
-        return {"error_code": ErrorCode.NONE, "leader_epoch": epoch, "end_offset": end_offset}
 
     # -- follower side, called by the fetcher ----------------------------------------------------------
 

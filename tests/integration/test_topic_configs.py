@@ -1,7 +1,8 @@
 """Dynamic topic configs on a real cluster (KIP-133 DescribeConfigs/AlterConfigs, Kafka's
 DynamicConfigManager): ZooKeeper plus three broker processes. An override changed by AlterConfigs
-reaches the leader's log without a restart (min.insync.replicas=4 on an RF 3 topic refuses
-acks=all; max.message.bytes refuses a large batch); describe names each config's source; a
+reaches the leader's log without a restart (min.insync.replicas=4 on an RF 3 topic, bounded by
+the RF to 3 as Kafka 3.7 does, refuses acks=all once one follower is out of the ISR;
+max.message.bytes refuses a large batch); describe names each config's source; a
 refused alter, validate_only and an unknown topic change nothing; ``floodmark configs`` prints
 kafka-configs.sh's lines. Every wait polls with a deadline.
 """
@@ -36,9 +37,13 @@ STATIC_RETENTION_MS = "86400000"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = start_cluster(
-        tmp_path_factory.mktemp("configs"), brokers=3, overrides={"log.retention.ms": STATIC_RETENTION_MS}
-    )
+    overrides = {
+        "log.retention.ms": STATIC_RETENTION_MS,
+        # a SIGSTOPped follower leaves the ISR in seconds, and keeps its ZooKeeper session meanwhile
+        "replica.lag.time.max.ms": "3000",
+        "zookeeper.session.timeout.ms": "30000",
+    }
+    c = start_cluster(tmp_path_factory.mktemp("configs"), brokers=3, overrides=overrides)
     yield c
     c.down()
 
@@ -81,10 +86,21 @@ async def test_overrides_reach_the_leader_and_describe_names_their_source(cluste
             await admin.alter_configs({RESOURCE: {"min.insync.replicas": "4"}})
             assert stored(zk) == {"version": 1, "config": {"min.insync.replicas": "4"}}
             assert any(c.startswith("config_change_") for c in zk.get_children("/config/changes"))
-            refused = await eventually(
-                lambda: _error_is(conn, ErrorCode.NOT_ENOUGH_REPLICAS), "NOT_ENOUGH_REPLICAS", timeout=10
+            # Kafka 3.7 (KAFKA-15583) bounds it by the RF: 3, which the full ISR satisfies; with a
+            # follower stopped and out of the ISR, acks=all is refused (under the default of 1 it
+            # would not be), so the override reached the leader
+            follower = next(r for r in description.partitions[0].replicas if r != leader)
+            cluster.kill(follower, "STOP")
+            try:
+                refused = await eventually(
+                    lambda: _error_is(conn, ErrorCode.NOT_ENOUGH_REPLICAS), "NOT_ENOUGH_REPLICAS", timeout=30
+                )
+            finally:
+                cluster.kill(follower, "CONT")
+            assert "min.insync.replicas=4 (bounded by the replication factor to 3)" in (
+                refused["error_message"] or ""
             )
-            assert "min.insync.replicas=4" in (refused["error_message"] or "")
+            await eventually(lambda: _full_isr(admin), "the follower back in the ISR", timeout=30)
 
             configs = (await admin.describe_configs([RESOURCE], include_synonyms=True))[RESOURCE]
             isr = configs.get("min.insync.replicas")

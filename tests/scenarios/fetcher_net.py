@@ -27,6 +27,7 @@ from broker.api_responses import fetch_response, per_partition
 from broker.config import BrokerConfig
 from broker.log import Log, LogManager
 from broker.metadata_cache import MetadataCache
+from broker.replica import offset_lookup
 from broker.replica.delayed import ProducePartitionStatus
 from broker.replica.fetcher import ConnectionFactory, LeaderConnection
 from broker.replica.fetcher_manager import ReplicaFetcherManager
@@ -183,13 +184,16 @@ class Net:
         elif sent.api_key == ApiKey.LIST_OFFSETS:
             response = per_partition(
                 body,
-                lambda tp, p: rm.list_offset(
-                    tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
+                lambda tp, p: offset_lookup.list_offset(
+                    rm, tp, p["timestamp"], p["current_leader_epoch"], body["replica_id"]
                 ),
             )
         elif sent.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             response = per_partition(
-                body, lambda tp, p: rm.end_offset_for_epoch(tp, p["leader_epoch"], p["current_leader_epoch"])
+                body,
+                lambda tp, p: offset_lookup.end_offset_for_epoch(
+                    rm, tp, p["leader_epoch"], p["current_leader_epoch"]
+                ),
             )
         else:
             raise AssertionError(f"a fetcher sent {sent.api_key.name}")

@@ -70,7 +70,7 @@ MEANINGS: dict[str, str] = {
     ),
     "default.replication.factor": "Replication factor of topics created without one (-1 in CreateTopics).",
     "num.partitions": "Partition count of topics created without one.",
-    "min.insync.replicas": "With acks=all, a produce is refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than this (and a parked one fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrinks below it). Topic-level override: `min.insync.replicas`.",
+    "min.insync.replicas": "With acks=all, a produce is refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than this, bounded by the replication factor (Kafka 3.7's effective min ISR). While the ISR is smaller, the high watermark does not move (KAFKA-15583): no consumer sees records appended meanwhile, whatever their acks, and a parked acks=all write waits for the ISR to come back or times out (REQUEST_TIMED_OUT). Topic-level override: `min.insync.replicas`.",
     "unclean.leader.election.enable": "Allow a replica outside the ISR to become leader when no ISR member is alive (may lose committed data; logged loudly). Off, as in Kafka 0.11+. Topic-level override of the same name.",
     "replica.lag.time.max.ms": "A follower that has not caught up to the leader's log end offset for this long is removed from the ISR.",
     "replica.fetch.wait.max.ms": "Longest time a follower's FETCH waits at the leader for `replica.fetch.min.bytes` of data.",

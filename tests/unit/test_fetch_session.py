@@ -207,19 +207,34 @@ async def test_forgotten_partitions_leave_the_session_and_a_leadership_change_is
     assert list(results) == [("t", 5)] and results[("t", 5)].error_code == ErrorCode.FENCED_LEADER_EPOCH
 
 
-def test_the_cache_evicts_idle_sessions_then_the_least_recently_used_and_tracks_holders():
-    cache = FetchSessionCache(slots=2, eviction_idle_ms=1000)
-    a = cache.create(2, now_ms=0)
-    b = cache.create(3, now_ms=10)
+def test_the_cache_evicts_only_as_kafkas_try_evict_does_and_tracks_holders():
+    """Kafka's FetchSessionCache.maybeCreateSession / tryEvict / touch (eviction time 1 s here):
+    a full cache evicts its least recently used session if stale; else the least valuable
+    evictable one, if the new one is worth more (privileged first, then size; a follower's
+    session is evictable by another follower's only once created more than the eviction time
+    before its last use); else the new fetch gets no session and nothing is evicted."""
+    cache = FetchSessionCache(slots=2, eviction_ms=1000)
+    a = cache.create(2, now_ms=0, size=1)
+    b = cache.create(3, now_ms=10, size=2)
     cache.update(a, {("t", 0): entry(0)}, ())
     cache.update(b, {("t", 0): entry(0), ("t", 1): entry(0)}, ())
     assert {s.id for s in cache.holding(("t", 0))} == {a.id, b.id}
     cache.use(a, now_ms=20)  # a is now the most recently used
-    c = cache.create(4, now_ms=30)
-    assert cache.get(b.id, 3) is None and cache.get(a.id, 2) is a and c is not None
+    assert cache.create(4, now_ms=30, size=5) is None, "two recent follower sessions: none evicted"
+    assert cache.get(a.id, 2) is a and cache.get(b.id, 3) is b
+    c = cache.create(4, now_ms=1011, size=5)  # b, unused for more than 1 s, is stale
+    assert c is not None and cache.get(b.id, 3) is None and cache.get(a.id, 2) is a
     assert {s.id for s in cache.holding(("t", 0))} == {a.id} and list(cache.holding(("t", 1))) == []
-    d = cache.create(5, now_ms=2000)  # a and c idle for over a second
-    assert len(cache) == 1 and cache.get(d.id, 5) is d
+    cache.use(a, now_ms=1200)  # a was created over 1 s before this use: evictable, with 1 partition
+    assert cache.create(5, now_ms=1300, size=1) is None, "as large as a: not worth more"
+    d = cache.create(5, now_ms=1300, size=2)
+    assert d is not None and cache.get(a.id, 2) is None and len(cache) == 2
+    # a consumer's (unprivileged) session gives way to a follower's at once, never the reverse
+    mixed = FetchSessionCache(slots=1, eviction_ms=1000)
+    consumer = mixed.create(-1, now_ms=0, size=100, privileged=False)
+    follower = mixed.create(2, now_ms=1, size=1)
+    assert follower is not None and mixed.get(consumer.id, -1) is None
+    assert mixed.create(-1, now_ms=2, size=1000, privileged=False) is None
     assert FetchSessionCache(slots=0).create(2, 0) is None
 
 

@@ -51,8 +51,11 @@ def in_isr(h: Harness, replica: int = 2) -> bool:
 
 
 async def evict(h: Harness) -> None:
-    """Another follower's new session takes the cache's last slot: replica 2's is evicted (LRU)."""
+    """Another follower's new session takes the cache's last slot: replica 2's, unused for longer
+    than the cache's eviction time (Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS, 50 ms
+    here), is stale and evicted (FetchSessionCache.tryEvict)."""
     h.rm.fetch_sessions.slots = 1
+    h.rm.fetch_sessions.eviction_ms = 50
     _, session_id, error = await fetch(h, body(3, 0, INITIAL_EPOCH, {}, wait_ms=0))
     assert error == ErrorCode.NONE and session_id > 0 and len(h.rm.fetch_sessions) == 1
 

@@ -228,7 +228,12 @@ async def test_shrink_past_a_silent_follower_lets_parked_acks_all_succeed(h):
     assert h.rm.isr_manager.isr_shrinks == 1
 
 
-async def test_shrink_below_min_insync_fails_parked_request_after_append(h):
+async def test_shrink_below_min_insync_holds_the_hw_and_the_parked_request_times_out(h):
+    """Kafka 3.7 (KAFKA-15583, Partition.maybeIncrementLeaderHW ``if (isUnderMinIsr) return
+    false``): the shrink to the leader alone (min.insync.replicas=2) does not move the HW over the
+    leader's LEO, so the parked acks=all write is not failed with NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    (before 3.7 the HW moved and it was): it waits, and answers REQUEST_TIMED_OUT at its timeout
+    while no follower comes back. Its record is in the leader's log, invisible to consumers."""
     await h.lead()
     h.follower_fetch(2, 0)
     h.follower_fetch(3, 0)
@@ -236,11 +241,16 @@ async def test_shrink_below_min_insync_fails_parked_request_after_append(h):
     h.clock.now += LAG + 1
     await h.shrink()
     assert h.partition.isr == {1}
+    await asyncio.sleep(0)
+    assert not answer.done() and h.log.high_watermark == 0 and h.log.log_end_offset == 1
+    (parked,) = h.rm.produce_purgatory._watchers[TP]
+    parked._expire()  # its timer fires (the purgatory's timers are the loop's: forced here)
     status = await asyncio.wait_for(answer, 5)
-    assert status.error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    assert h.log.high_watermark == 1  # seed 001: HW = min LEO over the ISR, now the leader alone
+    assert status.error_code == ErrorCode.REQUEST_TIMED_OUT and h.log.high_watermark == 0
     later = await h.produce()
     assert later.error_code == ErrorCode.NOT_ENOUGH_REPLICAS and h.log.log_end_offset == 1
+    assert (await h.produce(acks=1)).error_code == ErrorCode.NONE  # acks=1 is appended ...
+    assert h.log.log_end_offset == 2 and h.log.high_watermark == 0  # ... and stays invisible
 
 
 async def test_failed_conditional_write_leaves_the_isr_and_the_request_waiting(h):
