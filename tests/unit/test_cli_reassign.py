@@ -1,6 +1,7 @@
 """``floodmark reassign`` (kafka-reassign-partitions.sh) through CliRunner against
-tests/unit/fake_cluster.py, running on its own loop in a thread: each mode's output as Kafka 2.x
-prints it, refusals, and every malformed input refused before anything is sent.
+tests/unit/fake_cluster.py, running on its own loop in a thread: each mode's output as Kafka 3.7's
+ReassignPartitionsCommand prints it (each expected line checked against its source), refusals,
+and every malformed input refused before anything is sent.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def test_generate_of_an_unknown_topic_names_it(fake, tmp_path):
     line = one_error_line(
         invoke(fake, "--generate", "--topics-to-move-json-file", topics, "--broker-list", "1,2,3")
     )
-    assert line == "Error: UNKNOWN_TOPIC_OR_PARTITION: Topic 'nope' does not exist."
+    assert line == "Error: UNKNOWN_TOPIC_OR_PARTITION: Topic nope not found."
 
 
 def test_generate_over_too_few_or_unknown_brokers_is_refused(fake, tmp_path):
@@ -127,7 +128,7 @@ def test_execute_prints_the_rollback_json_and_starts_the_reassignment(fake, tmp_
         '{"topic":"t","partition":1,"replicas":[2,3,4],"log_dirs":["any","any","any"]}]}',
         "",
         "Save this to use as the --reassignment-json-file option during rollback",
-        "Successfully started reassignment of partitions.",
+        "Successfully started partition reassignments for t-0,t-1",
     ]
     assert fake.reassignments == {("t", 0): [4, 2, 3], ("t", 1): [1, 2, 3]}
     (alter,) = fake.of(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
@@ -143,28 +144,46 @@ def test_execute_accepts_log_dirs_and_a_missing_version(fake, tmp_path):
 
 
 def test_execute_refused_prints_each_refused_partition_and_exits_1(fake, tmp_path):
+    """Kafka 3.7's "Error reassigning partition(s):" (a TerseException: no "Error: " prefix), one
+    line per partition the broker refused; this broker starts all or none, so the others are
+    counted."""
     target = write(
-        tmp_path / "plan.json", plan(("t", 0, [4, 2, 3]), ("t", 1, [1, 9]), ("t", 7, [1]), ("u", 0, [2]))
+        tmp_path / "plan.json", plan(("t", 0, [4, 2, 3]), ("t", 1, [1, 2]), ("t", 7, [1]), ("u", 0, [2]))
     )
     result = invoke(fake, "--execute", "--reassignment-json-file", target)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[0] == "Current partition replica assignment"
     assert "Successfully" not in result.stdout
     assert result.stderr.splitlines() == [
-        "Error: reassignment refused, nothing was started:",
-        "t-1: INVALID_REPLICA_ASSIGNMENT: Unknown broker id(s) [9] in [1, 9]",
+        "Error reassigning partition(s):",
         "t-7: UNKNOWN_TOPIC_OR_PARTITION: The partition does not exist.",
-        "(2 other partition(s) not written because of these)",
+        "(3 other partition(s) not written because of these)",
     ]
     assert fake.reassignments == {}
 
 
-def test_execute_of_a_partition_being_moved_is_refused(fake, tmp_path):
+@pytest.mark.parametrize(
+    ("entries", "line"),
+    [
+        ([("t", 1, [1, 9])], "Error: Unknown broker id 9"),  # verifyBrokerIds
+        ([("t", 0, [1]), ("nosuch", 0, [1])], "Error: UNKNOWN_TOPIC_OR_PARTITION: Topic nosuch not found."),
+    ],
+    ids=["unknown broker", "unknown topic"],
+)
+def test_execute_of_an_unknown_broker_or_topic_is_refused_before_anything_is_printed(
+    fake, tmp_path, entries, line
+):
+    result = invoke(fake, "--execute", "--reassignment-json-file", write(tmp_path / "p.json", plan(*entries)))
+    assert one_error_line(result) == line and result.stdout == ""
+    assert ApiKey.ALTER_PARTITION_REASSIGNMENTS not in sent(fake)
+
+
+def test_execute_while_a_partition_is_being_moved_is_refused(fake, tmp_path):
     target = write(tmp_path / "plan.json", plan(("t", 0, [4, 2, 3])))
     assert invoke(fake, "--execute", "--reassignment-json-file", target).exit_code == 0
     result = invoke(fake, "--execute", "--reassignment-json-file", target)
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[1].startswith("t-0: REASSIGNMENT_IN_PROGRESS: ")
+    assert result.stderr.startswith("Cannot execute because there is an existing partition assignment.")
 
 
 # -- --verify ------------------------------------------------------------------------------------
@@ -181,21 +200,25 @@ def test_verify_reports_each_partition_and_exits_0_only_when_all_completed(fake,
     assert result.exit_code == 1
     assert result.stdout.splitlines() == [
         "Status of partition reassignment:",
-        "Reassignment of partition t-0 is still in progress",
-        "Reassignment of partition t-1 is still in progress",
-        "Reassignment of partition t-2 failed",
-        "Reassignment of partition u-0 completed successfully",
+        "Reassignment of partition t-0 is still in progress.",
+        "Reassignment of partition t-1 is still in progress.",
+        "There is no active reassignment of partition t-2, but replica set is 3,4,1 rather than 1,2,4.",
+        "Reassignment of partition u-0 is completed.",
     ]
-    assert result.stderr == "Error: reassignment not completed: 2 still in progress, 1 failed\n"
+    assert result.stderr == (
+        "Error: reassignment not completed: 2 still in progress, 1 not at the target replicas\n"
+    )
     fake.complete_reassignments()
     result = invoke(fake, "--verify", "--reassignment-json-file", moving)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [
         "Status of partition reassignment:",
-        "Reassignment of partition t-0 completed successfully",
-        "Reassignment of partition t-1 completed successfully",
+        "Reassignment of partition t-0 is completed.",
+        "Reassignment of partition t-1 is completed.",
+        "Clearing broker-level throttles on brokers 1,2,3,4",
+        "Clearing topic-level throttles on topic t",
     ]
-    assert ApiKey.ALTER_PARTITION_REASSIGNMENTS not in sent(fake)[1:]
+    assert sent(fake).count(ApiKey.ALTER_PARTITION_REASSIGNMENTS) == 1  # the --execute's only
 
 
 def test_verify_compares_the_replica_order_and_fails_unknown_partitions(fake, tmp_path):
@@ -203,10 +226,13 @@ def test_verify_compares_the_replica_order_and_fails_unknown_partitions(fake, tm
     result = invoke(fake, "--verify", "--reassignment-json-file", checked)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[1:] == [
-        "Reassignment of partition gone-0 failed",
-        "Reassignment of partition t-0 failed",
+        # Kafka 3.7 shows a partition that does not exist with an empty replica set
+        "There is no active reassignment of partition gone-0, but replica set is  rather than 1.",
+        "There is no active reassignment of partition t-0, but replica set is 1,2,3 rather than 2,1,3.",
+        "Clearing broker-level throttles on brokers 1,2,3,4",
+        "Clearing topic-level throttles on topic t",
     ]
-    assert result.stderr == "Error: reassignment not completed: 2 failed\n"
+    assert result.stderr == "Error: reassignment not completed: 2 not at the target replicas\n"
 
 
 # -- bad input: one line, nothing sent -----------------------------------------------------------
@@ -287,17 +313,27 @@ def test_a_bad_broker_list_is_refused(fake, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "Command must include exactly one action: --generate, --execute or --verify"),
+        # Kafka 3.7's validateAndParseArgs and CommandLineUtils.checkRequiredArgs (no --cancel)
+        ([], "Command must include exactly one action: --generate, --execute, --verify, --list"),
         (["--execute", "--verify"], "Command must include exactly one action"),
-        (
-            ["--generate", "--broker-list", "1"],
-            "must include both --topics-to-move-json-file and --broker-list",
-        ),
-        (["--execute"], "If --execute option is used, command must include --reassignment-json-file"),
-        (["--verify", "--broker-list", "1"], "If --verify option is used"),
+        (["--generate", "--broker-list", "1"], 'Missing required argument "[topics-to-move-json-file]"'),
+        (["--execute"], 'Missing required argument "[reassignment-json-file]"'),
+        (["--verify", "--broker-list", "1"], 'Missing required argument "[reassignment-json-file]"'),
         (
             ["--verify", "--reassignment-json-file", "P", "--broker-list", "1"],
-            "--broker-list cannot be used with --verify",
+            'Option "[broker-list]" can\'t be used with action "[verify]"',
+        ),
+        (
+            ["--verify", "--reassignment-json-file", "P", "--additional"],
+            'Option "[additional]" can\'t be used with action "[verify]"',
+        ),
+        (
+            ["--execute", "--reassignment-json-file", "P", "--preserve-throttles"],
+            'Option "[preserve-throttles]" can\'t be used with action "[execute]"',
+        ),
+        (
+            ["--list", "--reassignment-json-file", "P"],
+            'Option "[reassignment-json-file]" can\'t be used with action "[list]"',
         ),
         (
             [
@@ -309,7 +345,7 @@ def test_a_bad_broker_list_is_refused(fake, tmp_path):
                 "--reassignment-json-file",
                 "P",
             ],
-            "--reassignment-json-file cannot be used with --generate",
+            'Option "[reassignment-json-file]" can\'t be used with action "[generate]"',
         ),
     ],
 )

@@ -1,8 +1,10 @@
-"""``floodmark reassign --throttle`` and the throttle's removal by ``--verify`` (Kafka 2.x's
-ReassignPartitionsCommand: assignThrottledReplicas, maybeLimit, removeThrottle) through CliRunner
-against tests/unit/fake_cluster.py, which keeps topic and dynamic broker configs: the exact
-config values written per topic and per broker, the rerun during a move, the removal only once
-every partition completed, and bad values refused before anything is sent.
+"""``floodmark reassign --throttle`` and the throttle's removal by ``--verify`` (Kafka 3.7's
+ReassignPartitionsCommand: calculateProposedMoveMap, modifyReassignmentThrottle,
+modifyInterBrokerThrottle, clearAllThrottles) through CliRunner against
+tests/unit/fake_cluster.py, which keeps topic and dynamic broker configs: the exact config values
+written per topic and per broker, the rerun during a move refused without --additional, the
+removal only once no reassignment runs, and bad values refused before anything is sent. Running
+moves beside a new plan: tests/unit/test_cli_reassign_additional.py.
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ from typing import Any
 
 import pytest
 
-from cli.common import BOOTSTRAP_ENV
-from cli.reassign_throttle import WARNING, throttled_replicas
+from cli.common import BOOTSTRAP_ENV, CliError
+from cli.reassign import CANNOT_EXECUTE
+from cli.reassign_throttle import (
+    NOTHING_THROTTLED,
+    WARNING,
+    follower_throttles,
+    leader_throttles,
+    proposed_move_map,
+)
 from client.protocol.api import ApiKey, ConfigResourceType
 from tests.unit.fake_cluster import FakeCluster, FakePartition, running_in_a_thread
 from tests.unit.test_cli_reassign import invoke, plan, write
@@ -26,6 +35,8 @@ FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 
 ROLLBACK_HEAD = ["Current partition replica assignment", ""]
 ROLLBACK_TAIL = ["", "Save this to use as the --reassignment-json-file option during rollback"]
+#: The ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS requests of a command.
+CONFIG_WRITES = (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
 
 
 @pytest.fixture
@@ -53,10 +64,11 @@ def rates(value: str) -> dict[str, str]:
 
 
 def config_writes(fake: FakeCluster) -> list[tuple[str, str]]:
-    """(TOPIC or BROKER, name) of each resource AlterConfigs sent."""
+    """(TOPIC or BROKER, name) of each resource AlterConfigs or IncrementalAlterConfigs sent."""
     return [
         (ConfigResourceType(r["resource_type"]).name, r["resource_name"])
-        for received in fake.of(ApiKey.ALTER_CONFIGS)
+        for received in fake.requests
+        if received.api_key in CONFIG_WRITES
         for r in received.body["resources"]
     ]
 
@@ -66,12 +78,15 @@ PLAN = plan(("t", 0, [1, 2, 4]), ("t", 1, [3, 2, 4]), ("u", 0, [1, 3]))
 
 
 def test_the_throttled_replicas_are_kafkas() -> None:
-    current = {("t", 0): [1, 2, 3], ("t", 1): [2, 3, 4], ("u", 0): [1, 2]}
-    targets = {("t", 0): [4, 5, 3], ("t", 1): [4, 3, 2], ("u", 0): [2, 1], ("gone", 0): [1]}
-    assert throttled_replicas(current, targets) == {
-        "t": {LEADER_REPLICAS: "0:1,0:2,0:3", FOLLOWER_REPLICAS: "0:4,0:5"},
-        "u": {LEADER_REPLICAS: "", FOLLOWER_REPLICAS: ""},
-    }
+    """Kafka 3.7: every planned partition's replicas are leader-throttled, a reordered one's too
+    (calculateLeaderThrottles takes every move's sources); the lists in TreeSet string order."""
+    current = {("t", 0): [1, 2, 3], ("t", 1): [2, 3, 4], ("u", 0): [1, 2], ("v", 2): [1], ("v", 10): [1]}
+    targets = {("t", 0): [4, 5, 3], ("t", 1): [4, 3, 2], ("u", 0): [2, 1], ("v", 2): [2], ("v", 10): [2]}
+    moves = proposed_move_map({}, targets, current)
+    assert leader_throttles(moves) == {"t": "0:1,0:2,0:3,1:2,1:3,1:4", "u": "0:1,0:2", "v": "10:1,2:1"}
+    assert follower_throttles(moves) == {"t": "0:4,0:5", "u": "", "v": "10:2,2:2"}
+    with pytest.raises(CliError, match="Trying to reassign a topic partition gone-0 with 0 replicas"):
+        proposed_move_map({}, {("gone", 0): [1]}, current)
 
 
 def test_execute_throttles_before_the_move_starts(fake, tmp_path):
@@ -83,13 +98,13 @@ def test_execute_throttles_before_the_move_starts(fake, tmp_path):
     assert lines[5:] == [
         WARNING,
         "The inter-broker throttle limit was set to 1000000 B/s",
-        "Successfully started reassignment of partitions.",
+        "Successfully started partition reassignments for t-0,t-1,u-0",
     ]
     assert fake.topic_configs == {
-        "t": {"retention.ms": "1000", LEADER_REPLICAS: "0:1,0:2,0:3", FOLLOWER_REPLICAS: "0:4"},
+        "t": {"retention.ms": "1000", LEADER_REPLICAS: "0:1,0:2,0:3,1:2,1:3,1:4", FOLLOWER_REPLICAS: "0:4"},
         "u": {LEADER_REPLICAS: "0:1,0:2", FOLLOWER_REPLICAS: "0:3"},
     }
-    # the brokers of the moving partitions t-0 and u-0, now or after: 1-4, not 5
+    # the brokers of the planned partitions, now or after: 1-4, not 5
     assert fake.broker_configs == {
         "1": rates("1000000"),
         "2": rates("1000000"),
@@ -99,28 +114,26 @@ def test_execute_throttles_before_the_move_starts(fake, tmp_path):
     keys = [
         r.api_key
         for r in fake.requests
-        if r.api_key in (ApiKey.ALTER_CONFIGS, ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+        if r.api_key in (*CONFIG_WRITES, ApiKey.ALTER_PARTITION_REASSIGNMENTS)
     ]
-    assert keys[-1] == ApiKey.ALTER_PARTITION_REASSIGNMENTS and ApiKey.ALTER_CONFIGS in keys[:-1]
+    assert keys[-1] == ApiKey.ALTER_PARTITION_REASSIGNMENTS
+    assert keys[:-1] and set(keys[:-1]) == {ApiKey.INCREMENTAL_ALTER_CONFIGS}
     assert fake.reassignments == {("t", 0): [1, 2, 4], ("t", 1): [3, 2, 4], ("u", 0): [1, 3]}
 
 
-def test_a_rerun_during_the_move_changes_the_rate_only(fake, tmp_path):
+def test_a_rerun_during_the_move_is_refused_without_additional(fake, tmp_path):
+    """Kafka 3.7 changes the rate of a running reassignment only when it is resubmitted with
+    --additional (tests/unit/test_cli_reassign_additional.py); a plain rerun is refused."""
     path = write(tmp_path / "plan.json", PLAN)
     ok(invoke(fake, "--execute", "--reassignment-json-file", path, "--throttle", "1000"))
-    topics_before = {t: dict(c) for t, c in fake.topic_configs.items()}
+    written = ({t: dict(c) for t, c in fake.topic_configs.items()}, dict(fake.broker_configs))
     fake.requests.clear()
-    assert ok(invoke(fake, "--execute", "--reassignment-json-file", path, "--throttle", "2000")) == [
-        "There is an existing assignment running.",
-        "The inter-broker throttle limit was set to 2000 B/s",
-    ]
-    assert fake.topic_configs == topics_before
-    assert fake.broker_configs == {str(b): rates("2000") for b in (1, 2, 3, 4)}
-    assert config_writes(fake) == [("BROKER", str(b)) for b in (1, 2, 3, 4)]
-    assert fake.of(ApiKey.ALTER_PARTITION_REASSIGNMENTS) == []
-    # without --throttle the rerun is still the broker's refusal
-    refused = invoke(fake, "--execute", "--reassignment-json-file", path)
-    assert refused.exit_code == 1 and "REASSIGNMENT_IN_PROGRESS" in refused.stderr
+    for throttle in (["--throttle", "2000"], []):
+        refused = invoke(fake, "--execute", "--reassignment-json-file", path, *throttle)
+        assert refused.exit_code == 1 and refused.stdout == ""
+        assert refused.stderr == CANNOT_EXECUTE + "\n"
+    assert (fake.topic_configs, fake.broker_configs) == written
+    assert config_writes(fake) == [] and fake.of(ApiKey.ALTER_PARTITION_REASSIGNMENTS) == []
 
 
 def test_a_plan_overlapping_a_running_move_is_refused_and_keeps_its_throttle(fake, tmp_path):
@@ -138,18 +151,26 @@ def test_a_plan_overlapping_a_running_move_is_refused_and_keeps_its_throttle(fak
     fake.requests.clear()
     overlap = write(tmp_path / "b.json", plan(("t", 0, [1, 2, 4]), ("t", 2, [3, 4, 1])))
     result = invoke(fake, "--execute", "--reassignment-json-file", overlap, "--throttle", "5000")
-    assert result.exit_code == 1 and "t-0: REASSIGNMENT_IN_PROGRESS" in result.stderr
+    assert result.exit_code == 1 and result.stderr == CANNOT_EXECUTE + "\n"
     assert WARNING not in result.stdout
     assert (fake.topic_configs, fake.broker_configs) == written
-    assert fake.of(ApiKey.ALTER_CONFIGS) == []
+    assert config_writes(fake) == []
 
 
 @pytest.mark.parametrize(
-    "entries",
-    [[("t", 0, [1, 2, 4]), ("t", 7, [1])], [("t", 0, [1, 2, 4]), ("u", 0, [1, 9])]],
+    ("entries", "error"),
+    [
+        (
+            [("t", 0, [1, 2, 4]), ("t", 7, [1])],
+            # Kafka 3.7's calculateProposedMoveMap, before any throttle is written
+            "Error: Trying to reassign a topic partition t-7 with 0 replicas",
+        ),
+        # Kafka 3.7's verifyBrokerIds, before anything is printed
+        ([("t", 0, [1, 2, 4]), ("u", 0, [1, 9])], "Error: Unknown broker id 9"),
+    ],
     ids=["unknown partition", "unknown broker"],
 )
-def test_a_plan_the_broker_refuses_writes_no_throttle(fake, tmp_path, entries):
+def test_a_plan_the_broker_refuses_writes_no_throttle(fake, tmp_path, entries, error):
     result = invoke(
         fake,
         "--execute",
@@ -158,32 +179,38 @@ def test_a_plan_the_broker_refuses_writes_no_throttle(fake, tmp_path, entries):
         "--throttle",
         "1000",
     )
-    assert result.exit_code == 1 and result.stderr.startswith(
-        "Error: reassignment refused, nothing was started:"
-    )
+    assert result.exit_code == 1 and result.stderr.splitlines() == [error]
     assert "The inter-broker throttle limit" not in result.stdout
-    assert fake.of(ApiKey.ALTER_CONFIGS) == [] and fake.reassignments == {}
+    assert config_writes(fake) == [] and fake.reassignments == {}
+    assert fake.of(ApiKey.ALTER_PARTITION_REASSIGNMENTS) == []
 
 
-def test_verify_removes_the_throttle_only_once_every_partition_completed(fake, tmp_path):
+def test_verify_removes_the_throttle_only_once_no_reassignment_runs(fake, tmp_path):
     fake.broker_configs[""] = {LEADER_RATE: "5"}  # the cluster-wide default is not the command's
     path = write(tmp_path / "plan.json", PLAN)
     ok(invoke(fake, "--execute", "--reassignment-json-file", path, "--throttle", "1000"))
     written = ({t: dict(c) for t, c in fake.topic_configs.items()}, dict(fake.broker_configs))
     fake.requests.clear()
     pending = invoke(fake, "--verify", "--reassignment-json-file", path)
-    assert pending.exit_code == 1 and "Throttle was removed." not in pending.stdout
+    assert pending.exit_code == 1 and pending.stdout.splitlines() == [
+        "Status of partition reassignment:",
+        "Reassignment of partition t-0 is still in progress.",
+        "Reassignment of partition t-1 is still in progress.",
+        "Reassignment of partition u-0 is still in progress.",
+    ]
     assert (fake.topic_configs, fake.broker_configs) == written
-    assert fake.of(ApiKey.ALTER_CONFIGS) == []
+    assert config_writes(fake) == []
 
     fake.complete_reassignments()
-    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path)) == [
+    done = [
         "Status of partition reassignment:",
-        "Reassignment of partition t-0 completed successfully",
-        "Reassignment of partition t-1 completed successfully",
-        "Reassignment of partition u-0 completed successfully",
-        "Throttle was removed.",
+        "Reassignment of partition t-0 is completed.",
+        "Reassignment of partition t-1 is completed.",
+        "Reassignment of partition u-0 is completed.",
+        "Clearing broker-level throttles on brokers 1,2,3,4,5",
+        "Clearing topic-level throttles on topics t,u",
     ]
+    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path)) == done
     assert fake.topic_configs == {"t": {"retention.ms": "1000"}}
     assert fake.broker_configs == {"": {LEADER_RATE: "5"}}
     assert sorted(config_writes(fake)) == [
@@ -191,15 +218,14 @@ def test_verify_removes_the_throttle_only_once_every_partition_completed(fake, t
         ("BROKER", "2"),
         ("BROKER", "3"),
         ("BROKER", "4"),
+        ("BROKER", "5"),
         ("TOPIC", "t"),
         ("TOPIC", "u"),
     ]
-    # nothing left to remove: no write, no line
-    fake.requests.clear()
-    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path))[-1].endswith(
-        "completed successfully"
-    )
-    assert fake.of(ApiKey.ALTER_CONFIGS) == []
+    # Kafka 3.7 clears on every --verify that finds nothing running: again, and nothing changes
+    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path)) == done
+    assert fake.topic_configs == {"t": {"retention.ms": "1000"}}
+    assert fake.broker_configs == {"": {LEADER_RATE: "5"}}
 
 
 def test_verify_removes_the_rates_from_every_broker_and_keeps_other_overrides(fake, tmp_path):
@@ -208,7 +234,10 @@ def test_verify_removes_the_rates_from_every_broker_and_keeps_other_overrides(fa
     fake.broker_configs.update({"5": {"log.cleaner.threads": "2", **rates("9")}, "2": rates("9")})
     fake.topic_configs["u"] = {FOLLOWER_REPLICAS: "*"}
     path = write(tmp_path / "done.json", plan(("t", 0, [1, 2, 3]), ("u", 0, [1, 2])))
-    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path))[-1] == "Throttle was removed."
+    assert ok(invoke(fake, "--verify", "--reassignment-json-file", path))[-2:] == [
+        "Clearing broker-level throttles on brokers 1,2,3,4,5",
+        "Clearing topic-level throttles on topics t,u",
+    ]
     assert fake.broker_configs == {"5": {"log.cleaner.threads": "2"}}
     assert fake.topic_configs == {"t": {"retention.ms": "1000"}}
 
@@ -216,8 +245,9 @@ def test_verify_removes_the_rates_from_every_broker_and_keeps_other_overrides(fa
 def test_execute_without_a_throttle_writes_no_config(fake, tmp_path):
     path = write(tmp_path / "plan.json", PLAN)
     lines = ok(invoke(fake, "--execute", "--reassignment-json-file", path))
-    assert lines[-1] == "Successfully started reassignment of partitions." and WARNING not in lines
-    assert fake.of(ApiKey.ALTER_CONFIGS) == [] and fake.broker_configs == {}
+    assert lines[-1] == "Successfully started partition reassignments for t-0,t-1,u-0"
+    assert WARNING not in lines
+    assert config_writes(fake) == [] and fake.broker_configs == {}
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5", str(2**63)])
@@ -234,20 +264,19 @@ def test_throttle_is_for_execute_only(fake, tmp_path, mode):
     args = ["--reassignment-json-file", path] if mode == "--verify" else ["--topics-to-move-json-file", path]
     args += ["--broker-list", "1,2"] if mode == "--generate" else []
     result = invoke(fake, mode, *args, "--throttle", "100")
-    assert result.exit_code == 2 and f"--throttle cannot be used with {mode}" in result.stderr, result.stderr
+    message = f'Option "[throttle]" can\'t be used with action "[{mode[2:]}]"'
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
     assert fake.requests == []
 
 
 def test_a_plan_that_copies_nothing_says_nothing_was_throttled(fake, tmp_path):
-    """The README tour's "RF 3 -> 2, throttled" printed "The inter-broker throttle limit was set"
-    (as Kafka's tool does) while no broker got a rate: a shrink copies no data. It now says so, and
-    prints no warning to run --verify for a throttle that does not exist."""
+    """The README tour's "RF 3 -> 2, throttled": Kafka 3.7 prints its warning and "The
+    inter-broker throttle limit was set" and throttles the leaving replicas, which copy nothing:
+    no move gains a replica, so the throttle holds nothing back. floodmark says so instead,
+    writes nothing, and prints no warning to run --verify for a throttle that does nothing."""
     path = write(tmp_path / "plan.json", plan(("t", 0, [3, 1])))
     lines = ok(invoke(fake, "--execute", "--reassignment-json-file", path, "--throttle", "10000000"))
-    assert lines[5:] == [
-        "No partition of the plan gains a replica, so nothing was throttled "
-        "(the limit applies only to data copied to new replicas).",
-        "Successfully started reassignment of partitions.",
-    ]
+    assert lines[5:] == [NOTHING_THROTTLED, "Successfully started partition reassignment for t-0"]
     assert WARNING not in lines
-    assert fake.broker_configs == {}
+    assert fake.broker_configs == {} and fake.topic_configs == {"t": {"retention.ms": "1000"}}
+    assert config_writes(fake) == []
