@@ -36,6 +36,7 @@ from controller.controller import KafkaController
 from controller.placement import assign_replicas
 from zk.bridge import ZkBridge
 from zk.client import get_live_broker_ids, topic_exists
+from zk.data import LEADER_DURING_DELETE
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,13 @@ class KafkaApis:
         )
         if self.on_metadata_update is not None:
             self.on_metadata_update(changed)
+        deleted = [
+            TopicPartition(s["topic"], s["partition"])
+            for s in body["partition_states"]
+            if s["leader"] == LEADER_DURING_DELETE
+        ]
+        if deleted and self.group_apis is not None:  # Kafka's onPartitionsDeleted
+            self.group_apis.on_partitions_deleted(deleted)
         request.respond({"error_code": ErrorCode.NONE})
 
     async def handle_leader_and_isr(self, request: Request) -> None:

@@ -121,6 +121,14 @@ class GroupApis:
             ApiKey.DELETE_GROUPS: self.handle_delete_groups,
         }
 
+    def on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:
+        """A topic deletion's UpdateMetadata (LeaderDuringDelete): its offsets leave every group
+        coordinated here (Kafka's handleDeletedPartitions)."""
+        removed = group_offsets.handle_deleted_partitions(self.coordinator, partitions)
+        if removed:
+            topics = sorted({tp.topic for tp in partitions})
+            log.info("removed %d offsets of deleted partitions of %s", removed, ", ".join(topics))
+
     # -- leadership of __consumer_offsets (Kafka's onLeadershipChange) ---------------------------
 
     def on_leadership_change(self, partition_states: list[dict], broker_id: int, results: dict) -> None:

@@ -261,6 +261,8 @@ class GroupMetadata:
         """A commit's write finished: forget it as pending and, when it succeeded, keep each
         offset unless a commit whose record lies later in the log is already kept."""
         for tp, committed in offsets.items():
+            if tp not in self.pending_offset_commits:
+                continue  # removed meanwhile: its topic was deleted (Kafka's removeOffsets)
             left = self.pending_offset_commits.get(tp, 0) - 1
             if left <= 0:
                 self.pending_offset_commits.pop(tp, None)
@@ -268,6 +270,16 @@ class GroupMetadata:
                 self.pending_offset_commits[tp] = left
             if succeeded:
                 self.load_offset(tp, committed)
+
+    def remove_offsets(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Kafka's removeOffsets: forget the committed offsets of ``partitions`` and any commit of
+        them still being written (its completion then keeps nothing). Returns those removed."""
+        removed = []
+        for tp in partitions:
+            self.pending_offset_commits.pop(tp, None)
+            if self.offsets.pop(tp, None) is not None:
+                removed.append(tp)
+        return removed
 
     def load_offset(self, tp: TopicPartition, committed: CommittedOffset) -> None:
         current = self.offsets.get(tp)

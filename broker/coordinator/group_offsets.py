@@ -16,7 +16,7 @@ offset remembers where its record lies in the log and the later record wins
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.group_metadata import CommittedOffset, GroupMetadata, GroupState
@@ -168,3 +168,27 @@ def expire_offsets(coordinator: GroupCoordinator) -> int:
             del coordinator.manager.groups[group.group_id]
             coordinator.manager.delete_group(group, lambda _code: None)
     return expired
+
+
+def handle_deleted_partitions(coordinator: GroupCoordinator, partitions: Iterable[TopicPartition]) -> int:
+    """Kafka's GroupCoordinator.handleDeletedPartitions (cleanupGroupMetadata with removeOffsets):
+    a deleted topic's committed offsets leave every group this broker coordinates, with
+    tombstones in ``__consumer_offsets`` so a later load does not bring them back; an Empty group
+    left with nothing is deleted. A topic re-created under the name then starts from
+    ``auto.offset.reset``, not from the deleted topic's offsets. Groups of partitions still
+    loading are not reached (as in Kafka). Returns how many offsets were removed."""
+    wanted = set(partitions)
+    now = coordinator.time_ms()
+    removed = 0
+    for group in list(coordinator.manager.groups.values()):
+        if not coordinator.manager.is_local(group.group_id) or coordinator.manager.is_loading(group.group_id):
+            continue
+        gone = group.remove_offsets(tp for tp in list(group.offsets) + list(group.pending_offset_commits) if tp in wanted)
+        if gone:
+            coordinator.manager.delete_offsets(group, gone, lambda _code: None)
+            removed += len(gone)
+        if group.is_(GroupState.EMPTY) and not group.has_offsets() and not group.members:
+            group.transition_to(GroupState.DEAD, now)
+            del coordinator.manager.groups[group.group_id]
+            coordinator.manager.delete_group(group, lambda _code: None)
+    return removed

@@ -312,3 +312,27 @@ def test_consume_group_commits_what_it_printed_while_it_runs(cluster):
     finally:
         runner.join(40)
     assert done and done[0].exit_code == 0 and len(done[0].stdout.splitlines()) == 45
+
+
+def test_a_deleted_topics_offsets_leave_the_group_and_a_recreated_topic_is_read_from_its_start(cluster):
+    """The README tour's finding: group gx committed offset 10 on x; x was deleted and re-created
+    with 20 new records, and `consume --group gx --from-beginning` printed only the last 10, the
+    deleted topic's offset applied to the new one. Kafka removes a deleted topic's offsets from
+    every group (handleDeletedPartitions): the new records are all read, and `groups describe`
+    no longer lists the deleted partition."""
+    asyncio.run(create_topic(cluster, "gt-gone", 1, 3))
+    asyncio.run(produce_values(cluster, "gt-gone", [b"old%02d" % i for i in range(20)]))
+    consume(cluster, "gt-gone", "gx", 10, "--from-beginning")
+    assert committed(cluster, "gx") == {0: 10}
+    wait_inactive(cluster, "gx")
+    assert cli(cluster, "topics", "delete", "--topic", "gt-gone").exit_code == 0
+
+    async def forgotten() -> bool:
+        async with AdminClient(cluster.bootstrap_servers) as admin:
+            return "gt-gone" not in await admin.list_topics() and not await admin.list_consumer_group_offsets("gx")
+
+    asyncio.run(eventually(forgotten, "gt-gone deleted and its offsets gone from gx", 60))
+    asyncio.run(create_topic(cluster, "gt-gone", 1, 3))
+    asyncio.run(produce_values(cluster, "gt-gone", [b"new%02d" % i for i in range(20)]))
+    lines = consume(cluster, "gt-gone", "gx", 20, "--from-beginning")
+    assert lines == ["new%02d" % i for i in range(20)]
