@@ -335,4 +335,4 @@ def test_a_deleted_topics_offsets_leave_the_group_and_a_recreated_topic_is_read_
     asyncio.run(create_topic(cluster, "gt-gone", 1, 3))
     asyncio.run(produce_values(cluster, "gt-gone", [b"new%02d" % i for i in range(20)]))
     lines = consume(cluster, "gt-gone", "gx", 20, "--from-beginning")
-    assert lines == ["new%02d" % i for i in range(20)]
+    assert lines == [f"new{i:02d}" for i in range(20)]
