@@ -66,6 +66,9 @@ class LeaderAndIsrHandler:
         self._epoch_writers: ThreadPoolExecutor | None = None  # started by the first large batch
         #: KIP-516: topic -> id of the request being applied (Kafka's ``topicIdFromRequest``)
         self._request_topic_ids: dict[str, str] = {}
+        #: controller epochs of which this incarnation applied a LeaderAndIsr: only the first may
+        #: delete stray replicas (a resent FULL read late must not judge by an older list)
+        self._applied_epochs: set[int] = set()
 
     async def become_leader_or_follower(self, body: dict) -> dict:
         """Apply a LeaderAndIsr request. Requests are applied one at a time (Kafka's
@@ -132,8 +135,15 @@ class LeaderAndIsrHandler:
                     for s in body["partition_states"]
                 ],
             }
+        epoch = body["controller_epoch"]
         if body.get("type") == ControlRequestType.FULL:  # first: a re-created topic meets no stray
-            self._forget_deleted_topics({s.tp[0] for s in await delete_stray_replicas(self.rm, body)})
+            if epoch in self._applied_epochs:  # a late copy of a resent FULL: its list may be old
+                log.warning(
+                    "a FULL LeaderAndIsr of controller epoch %d after another of it: no stray deleted", epoch
+                )
+            else:
+                self._forget_deleted_topics({s.tp[0] for s in await delete_stray_replicas(self.rm, body)})
+        self._applied_epochs.add(epoch)
         self._request_topic_ids = {
             e["topic"]: e["topic_id"] for e in body["partition_states"] if is_set(e.get("topic_id"))
         }

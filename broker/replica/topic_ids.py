@@ -11,17 +11,19 @@ controller); a ZooKeeper-mode broker keeps them forever, and refuses a re-create
 partition with INCONSISTENT_TOPIC_ID. floodmark does the migration path's check in ZooKeeper
 mode: the controller sends a FULL LeaderAndIsr to each broker at its start-up and at failover,
 whose ``hosted_topics`` name every partition the controller assigns the broker, with the topic
-ids. A log here is a stray when
+ids. A log here is a stray when its partition is neither in ``hosted_topics`` nor in the
+request's own partition states: no longer assigned here (a reassignment moved it, or its topic
+was deleted).
 
-* its partition is neither in ``hosted_topics`` nor in the request's own partition states (no
-  longer assigned here: a reassignment moved it, or its topic was deleted), or
-* its ``partition.metadata`` names another topic id than the controller's for its topic (a
-  deleted incarnation of a topic re-created under the same name).
-
-A log without ``partition.metadata`` (older than topic ids) is judged by the first rule only, and
-so is every log of a topic the controller knows no id for. Logs on offline dirs are not here and
-are never judged. A request that is lost deletes nothing; the FULL request is one message, so
-there is never half a list to judge by.
+A log of a partition still assigned here whose ``partition.metadata`` names another topic id is
+*not* deleted: it answers INCONSISTENT_TOPIC_ID and is not served, as in Kafka. A decision (issue
+33's review): the id can differ without the topic being re-created (an old tool rewrote the topic
+znode without its id and a new controller drew a fresh one), and deleting then took every
+replica of a live topic at once. Logs on offline dirs are not here and are never judged. A
+request that is lost deletes nothing; the FULL request is one message, so there is never half a
+list to judge by; and only the first LeaderAndIsr a broker incarnation applies of a controller
+epoch may delete (:class:`~broker.replica.leader_and_isr.LeaderAndIsrHandler`), so a late copy of
+a resent FULL request cannot judge by a list older than what the broker applied since.
 """
 
 from __future__ import annotations
@@ -88,26 +90,17 @@ def find_stray_replicas(
     log_topic_ids: Mapping[TopicPartition, str | None],
 ) -> list[StrayReplica]:
     """The strays among the logs of ``log_topic_ids`` (partition -> its partition.metadata id,
-    None without one), judged by a FULL LeaderAndIsr's ``hosted_topics`` and ``partition_states``.
-    Pure: the caller reads the files and deletes."""
+    None without one): those a FULL LeaderAndIsr's ``hosted_topics`` and ``partition_states`` do
+    not assign here (an id that differs is the per-partition check's, never a deletion). Pure: the
+    caller reads the files and deletes."""
     assigned: set[TopicPartition] = set()
-    expected: dict[str, str] = {}
     for topic in hosted_topics:
         assigned.update((topic["topic"], p) for p in topic["partitions"])
-        if is_set(topic.get("topic_id")):
-            expected[topic["topic"]] = topic["topic_id"]
     for state in partition_states:
         assigned.add((state["topic"], state["partition"]))
-        if is_set(state.get("topic_id")):
-            expected.setdefault(state["topic"], state["topic_id"])
-    strays = []
-    for tp, log_id in sorted(log_topic_ids.items()):
-        want = expected.get(tp[0])
-        if tp not in assigned:
-            strays.append(StrayReplica(tp, "not assigned to this broker"))
-        elif want is not None and log_id is not None and log_id != want:
-            strays.append(StrayReplica(tp, f"topic id {log_id} is of a deleted topic; {tp[0]} is now {want}"))
-    return strays
+    return [
+        StrayReplica(tp, "not assigned to this broker") for tp in sorted(log_topic_ids) if tp not in assigned
+    ]
 
 
 def _log_topic_ids(rm: ReplicaState) -> dict[TopicPartition, str | None]:
