@@ -15,7 +15,7 @@ error).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from client.types import TopicPartition
@@ -119,8 +119,8 @@ class GroupMetadata:
     #: static members (KIP-345): group.instance.id -> its current member id
     static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
-    #: commits written but not yet acknowledged, applied on success (Kafka's pendingOffsetCommits)
-    pending_offset_commits: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the latest commit staged per partition while its write is in flight (Kafka's pendingOffsetCommits)
+    pending_offset_commits: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     #: set by :class:`~broker.coordinator.group_coordinator.GroupCoordinator`: the rebalance
     #: being awaited (an initial delayed join, or a delayed join); None when none is
     rebalance_token: int = 0
@@ -253,23 +253,28 @@ class GroupMetadata:
     def has_offsets(self) -> bool:
         return bool(self.offsets) or bool(self.pending_offset_commits)
 
-    def prepare_offset_commit(self, offsets: Iterable[TopicPartition]) -> None:
-        for tp in offsets:
-            self.pending_offset_commits[tp] = self.pending_offset_commits.get(tp, 0) + 1
+    def prepare_offset_commit(self, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Stage a commit being written (Kafka's prepareOffsetCommit): the latest staged per
+        partition."""
+        self.pending_offset_commits.update(offsets)
 
-    def complete_offset_commit(self, offsets: dict[TopicPartition, CommittedOffset], succeeded: bool) -> None:
-        """A commit's write finished: forget it as pending and, when it succeeded, keep each
-        offset unless a commit whose record lies later in the log is already kept."""
-        for tp, committed in offsets.items():
-            if tp not in self.pending_offset_commits:
-                continue  # removed meanwhile: its topic was deleted (Kafka's removeOffsets)
-            left = self.pending_offset_commits.get(tp, 0) - 1
-            if left <= 0:
-                self.pending_offset_commits.pop(tp, None)
-            else:
-                self.pending_offset_commits[tp] = left
-            if succeeded:
-                self.load_offset(tp, committed)
+    def complete_offset_commit(
+        self,
+        staged: Mapping[TopicPartition, CommittedOffset],
+        placed: Mapping[TopicPartition, CommittedOffset],
+        succeeded: bool,
+    ) -> None:
+        """A commit's write finished (Kafka's onOffsetCommitAppend / failedOffsetCommit): a
+        success is kept while its partition has a commit pending, unless a commit whose record
+        lies later in the log is already kept; the partition stops being pending when this was
+        its latest staged commit. A partition whose topic was deleted meanwhile is not pending
+        (Kafka's removeOffsets), so a late write of it keeps nothing, and a later commit of the
+        re-created topic, still pending, is not consumed by it."""
+        for tp, committed in staged.items():
+            if succeeded and tp in self.pending_offset_commits:
+                self.load_offset(tp, placed[tp])
+            if self.pending_offset_commits.get(tp) is committed:
+                del self.pending_offset_commits[tp]
 
     def remove_offsets(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Kafka's removeOffsets: forget the committed offsets of ``partitions`` and any commit of

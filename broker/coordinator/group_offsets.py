@@ -104,7 +104,7 @@ def _store(
 
     def written(code: int, base_offset: int) -> None:
         placed = {tp: _at(committed, base_offset + i) for i, (tp, committed) in enumerate(valid.items())}
-        group.complete_offset_commit(placed, code == ErrorCode.NONE)
+        group.complete_offset_commit(valid, placed, code == ErrorCode.NONE)
         respond({**errors, **{tp: int(code) for tp in valid}})
 
     coordinator.manager.store_offsets(group, valid, written)
@@ -183,7 +183,9 @@ def handle_deleted_partitions(coordinator: GroupCoordinator, partitions: Iterabl
     for group in list(coordinator.manager.groups.values()):
         if not coordinator.manager.is_local(group.group_id) or coordinator.manager.is_loading(group.group_id):
             continue
-        gone = group.remove_offsets(tp for tp in list(group.offsets) + list(group.pending_offset_commits) if tp in wanted)
+        gone = group.remove_offsets(
+            tp for tp in list(group.offsets) + list(group.pending_offset_commits) if tp in wanted
+        )
         if gone:
             coordinator.manager.delete_offsets(group, gone, lambda _code: None)
             removed += len(gone)
