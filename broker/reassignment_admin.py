@@ -10,9 +10,9 @@ the new replicas fit the brokers' file budgets. When all pass, the request is me
 nothing is written and the other partitions answer INVALID_REQUEST. The controller's watch
 (controller/reassignment.py) carries the moves out.
 
-List answers the partitions in /admin/reassign_partitions with their replicas now (AR, which is
-OAR + RAR while the move runs), the target replicas not yet in the ISR (adding) and the replicas
-outside the target (removing).
+List answers the partitions in /admin/reassign_partitions that add or remove a replica, with
+Kafka's fields from the topic znode (KIP-455): replicas (AR, which is OAR + RAR while the move
+runs), adding (RAR - OAR) and removing (OAR - RAR), for the whole move.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from client.protocol.errors import ErrorCode, KafkaError
 from client.types import TopicPartition
 from controller.topic_admin import check_file_budget
 from zk.bridge import ZkBridge
-from zk.client import get_live_broker_ids, get_partition_state, get_topic_assignment
+from zk.client import get_full_topic_assignment, get_live_broker_ids, get_topic_assignment
 from zk.data import decode_reassignment, encode_reassignment
 from zk.paths import REASSIGN_PARTITIONS_PATH, delete_topic_path
 
@@ -172,6 +172,11 @@ async def _check(
 
 
 async def list_partition_reassignments(zk: ZkBridge, body: dict) -> dict:
+    """Kafka's listPartitionReassignments: the partitions being reassigned with their replicas
+    (AR: OAR + RAR while the move runs), adding replicas (RAR - OAR) and removing replicas
+    (OAR - RAR), for the whole move, as the topic znode holds them (KIP-455). A request the
+    controller has not started yet is listed with the same fields as the move it will start;
+    a reordering, which adds and removes nothing, is never listed (Kafka's isBeingReassigned)."""
     got = await zk.get(REASSIGN_PARTITIONS_PATH)
     in_progress = decode_reassignment(got[0]) if got is not None else {}
     if body["topics"] is not None:
@@ -179,29 +184,24 @@ async def list_partition_reassignments(zk: ZkBridge, body: dict) -> dict:
         in_progress = {tp: r for tp, r in in_progress.items() if tp in asked}
     topics = sorted({tp.topic for tp in in_progress})
     assignments = dict(
-        zip(topics, await asyncio.gather(*(get_topic_assignment(zk, t) for t in topics)), strict=True)
-    )
-    partitions = sorted(in_progress)
-    states = dict(
-        zip(
-            partitions, await asyncio.gather(*(get_partition_state(zk, tp) for tp in partitions)), strict=True
-        )
+        zip(topics, await asyncio.gather(*(get_full_topic_assignment(zk, t) for t in topics)), strict=True)
     )
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, target in sorted(in_progress.items()):
-        replicas = (assignments[tp.topic] or {}).get(tp.partition)
-        state = states[tp]
-        if replicas is None or state is None:
+        current = (assignments[tp.topic] or {}).get(tp.partition)
+        if current is None:
             continue  # the topic or partition is gone: the controller drops the request
-        isr = state.leader_and_isr.isr
+        # after the controller's step 1 the topic znode holds the move; before it, the move the
+        # request asks for (the same fields: Kafka's ReplicaAssignment.reassignTo)
+        move = current if current.is_being_reassigned else current.reassign_to(target)
+        if not move.is_being_reassigned:
+            continue
         by_topic[tp.topic].append(
             {
                 "partition_index": tp.partition,
-                "replicas": replicas,
-                # still being added: target replicas not (yet) in the ISR; being removed: the
-                # replicas outside the target (docs/design.md "Partition reassignment")
-                "adding_replicas": [r for r in target if r not in isr],
-                "removing_replicas": [r for r in replicas if r not in target],
+                "replicas": list(move.replicas),
+                "adding_replicas": list(move.adding_replicas),
+                "removing_replicas": list(move.removing_replicas),
             }
         )
     return {

@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from client.types import TopicPartition
-from zk.data import INITIAL_CONTROLLER_EPOCH, BrokerInfo, LeaderIsrAndControllerEpoch, PartitionReplica
+from zk.data import (
+    INITIAL_CONTROLLER_EPOCH,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    PartitionReplica,
+    ReplicaAssignment,
+)
 
 
 @dataclass
@@ -30,9 +36,14 @@ class ControllerContext:
     #: KIP-112: broker -> its replicas on offline log dirs (it answered LeaderAndIsr with
     #: KAFKA_STORAGE_ERROR for them); forgotten when the broker registers again.
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
-    #: partitions being reassigned -> their target replicas (RAR), from /admin/reassign_partitions
-    #: (controller/reassignment.py)
+    #: partitions being reassigned -> their target replicas (RAR), in the request's order (from
+    #: /admin/reassign_partitions, or from the topic znode for a move no longer in it), Kafka's
+    #: partitionsBeingReassigned (controller/reassignment.py)
     partitions_being_reassigned: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    #: KIP-455: the adding and removing replicas of the partitions whose topic znode names some
+    #: (the rest of Kafka's ReplicaAssignment; a partition in neither is not being reassigned)
+    adding_replicas: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    removing_replicas: dict[TopicPartition, list[int]] = field(default_factory=dict)
     #: KIP-516: topic -> its id from /brokers/topics/<t> (Kafka's ControllerContext.topicIds);
     #: a topic without one has none here until the controller has written it
     topic_ids: dict[str, str] = field(default_factory=dict)
@@ -47,6 +58,8 @@ class ControllerContext:
         self.topics_ineligible_for_deletion.clear()
         self.replicas_on_offline_dirs.clear()
         self.partitions_being_reassigned.clear()
+        self.adding_replicas.clear()
+        self.removing_replicas.clear()
         self.topic_ids.clear()
 
     # -- brokers ----------------------------------------------------------------------------------
@@ -87,6 +100,26 @@ class ControllerContext:
     def set_replicas(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
         self.assignments.setdefault(tp.topic, {})[tp.partition] = list(replicas)
 
+    def full_replica_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """Kafka's partitionFullReplicaAssignment: AR with the adding and removing replicas."""
+        return ReplicaAssignment(
+            tuple(self.replicas(tp)),
+            tuple(self.adding_replicas.get(tp, ())),
+            tuple(self.removing_replicas.get(tp, ())),
+        )
+
+    def set_full_replica_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        """Kafka's updatePartitionFullReplicaAssignment."""
+        self.set_replicas(tp, assignment.replicas)
+        for held, replicas in (
+            (self.adding_replicas, assignment.adding_replicas),
+            (self.removing_replicas, assignment.removing_replicas),
+        ):
+            if replicas:
+                held[tp] = list(replicas)
+            else:
+                held.pop(tp, None)
+
     def live_replicas(self, tp: TopicPartition, include_shutting_down: bool = False) -> list[int]:
         return [r for r in self.replicas(tp) if self.is_replica_online(r, include_shutting_down, tp)]
 
@@ -114,6 +147,8 @@ class ControllerContext:
         for tp in self.partitions_for_topic(topic):
             self.partition_leadership.pop(tp, None)
             self.partitions_being_reassigned.pop(tp, None)
+            self.adding_replicas.pop(tp, None)
+            self.removing_replicas.pop(tp, None)
         self.assignments.pop(topic, None)
         self.topic_ids.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
@@ -124,6 +159,11 @@ class ControllerContext:
 
     def is_topic_being_reassigned(self, topic: str) -> bool:
         return any(tp.topic == topic for tp in self.partitions_being_reassigned)
+
+    def is_being_reassigned(self, tp: TopicPartition) -> bool:
+        """Kafka's ReplicaAssignment.isBeingReassigned: the topic znode names adding or removing
+        replicas for it."""
+        return tp in self.adding_replicas or tp in self.removing_replicas
 
     # -- metrics (docs/operations.md "Metrics (`/metrics`)") --------------------------------------
     def offline_partition_count(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from client.types import TopicPartition
 from controller import isr_change_notifications, preferred_election, reassignment, topic_deletion, topic_ids
 from controller.channel import ControllerChannelManager
 from controller.event_manager import PreferredReplicaElection
@@ -96,17 +97,21 @@ async def initialize_context(ctl: ControllerParts) -> None:
     ctx.reset()
     ctx.live_brokers.update(await read_live_brokers(ctl))
     topics = await ctl.zk.get_children(BROKER_TOPICS_PATH, watch=ctl.on_topics_watch) or []
-    assignments = await windowed(topics, lambda t: read_assignment(ctl, t))
+    assignments = await windowed(topics, lambda t: topic_ids.read_full_topic(ctl, t))
     for topic, assignment in zip(topics, assignments, strict=True):
         if assignment is not None:
-            ctx.assignments[topic] = assignment
+            ctx.assignments[topic] = {}
+            for p, replica_assignment in assignment.items():
+                ctx.set_full_replica_assignment(TopicPartition(topic, p), replica_assignment)
     partitions = ctx.all_partitions()
     states = await get_partition_states(ctl.zk, partitions)
     for tp, state in zip(partitions, states, strict=True):
         if state is not None:
             ctx.partition_leadership[tp] = state
     # Kafka's initializePartitionReassignment: the moves in progress, before deletions resume
-    ctx.partitions_being_reassigned.update(await reassignment.read_reassignment_request(ctl))
+    ctx.partitions_being_reassigned.update(
+        reassignment.moves_in_progress(ctx, await reassignment.read_reassignment_request(ctl))
+    )
     if ctl.config.delete_topic_enable:
         marked = await ctl.zk.get_children(DELETE_TOPICS_PATH, watch=ctl.on_delete_topics_watch) or []
         ctx.topics_to_be_deleted.update(t for t in marked if t in ctx.assignments)

@@ -1,71 +1,74 @@
-"""Partition reassignment (Kafka 2.x's KafkaController.onPartitionReassignment, which seed 000
-walks step by step; the request comes from ``floodmark reassign --execute``,
-kafka-reassign-partitions.sh, through /admin/reassign_partitions). docs/design.md "Partition
+"""Partition reassignment (Kafka's KafkaController.onPartitionReassignment, with KIP-455's
+ReplicaAssignment: seed 000 walks its steps; the request comes from ``floodmark reassign
+--execute``, kafka-reassign-partitions.sh or AlterPartitionReassignments, through
+/admin/reassign_partitions, Kafka's ZooKeeper-mode request channel). docs/design.md "Partition
 reassignment" explains the choices, docs/guarantees.md "Reassignment" what it guarantees.
 
-Which phase runs is decided from the ISR in the partition's state znode, read each time (Kafka's
-isReassignmentComplete), never from the controller's cached ISR: a leader writes its ISR changes
-to that znode itself and tells the controller only through /isr_change_notification, seconds
-later, so the cache may still list a replica the leader has already taken out.
+The move lives in the topic znode, as in Kafka 2.4+: for a partition with assigned replicas OAR
+moving to RAR, phase U (Kafka's updateCurrentReassignment) writes AR = OAR + RAR with
+``adding_replicas`` = RAR - OAR and ``removing_replicas`` = OAR - RAR (Kafka's reassignTo; no
+write when it holds them already), and the context holds the same (Kafka's
+partitionFullReplicaAssignment). A partition with neither is not being reassigned
+(isBeingReassigned): a reordering, or a request for the assignment as it is, is complete at
+once, whatever the ISR (Kafka's isReassignmentComplete); any other is complete when every
+target replica is in the ISR of the partition's state znode, read each time, never the
+controller's cached ISR (a leader writes its ISR changes to that znode itself and tells the
+controller only through /isr_change_notification, seconds later).
 
-For a partition with assigned replicas OAR moving to RAR:
+* phase A, while the move is not complete: (2, Kafka's A1) the leader epoch bumped and
+  LeaderAndIsr with AR = OAR + RAR to every replica, with is_new to the adding replicas every
+  time (updateLeaderEpochAndSendRequest: a broker with an offline log dir creates a new replica
+  only then), (3, A2) the adding replicas not started yet go NewReplica. Then it waits: each
+  write of the state znode fires a watch (Kafka's PartitionReassignmentIsrChangeHandler), and
+  :class:`~controller.event_manager.PartitionReassignmentIsrChange` checks the ISR again.
+* phase B, once complete: (5) RAR OnlineReplica, (6) AR = RAR in memory, (7) a leader from RAR
+  when the current one is not in it or not alive (else the leader epoch is bumped so the leader
+  learns the new AR), (8) OAR - RAR leave the ISR (one write, conditional on the version of a
+  state whose ISR holds all of RAR: if the leader took a target replica out meanwhile, the move
+  goes back to phase A's wait; a partition not being reassigned has nothing to take out), and go
+  OfflineReplica (StopReplica), (9) then NonExistentReplica (StopReplica with delete: the broker
+  removes the log), (10) AR = RAR in ZooKeeper with no adding and no removing replicas, (11) the
+  partition leaves /admin/reassign_partitions (the znode is deleted when empty), (12)
+  UpdateMetadata to every broker.
 
-* phase 1, while some replica of RAR is not in the ISR: (1) AR = OAR + RAR in ZooKeeper,
-  (2) the leader epoch bumped and LeaderAndIsr with that AR to every replica, (3) the replicas of
-  RAR not started yet go NewReplica (they start following). Then it waits: each write of the
-  partition's state znode fires a watch (Kafka's PartitionReassignmentIsrChangeHandler), and the
-  event :class:`~controller.event_manager.PartitionReassignmentIsrChange` checks the ISR again.
-* phase 2, once RAR is in the ISR: (5) RAR OnlineReplica, (6) AR = RAR in memory, (7) a leader
-  from RAR when the current one is not in it or not alive (else the leader epoch is bumped so the
-  leader learns the new AR), (8) OAR - RAR leave the ISR (one write, conditional on the version
-  of a state whose ISR holds all of RAR: if the leader took a target replica out meanwhile, the
-  move goes back to phase 1's wait), and go OfflineReplica (StopReplica), (9) then
-  NonExistentReplica (StopReplica with delete: the broker removes the log), (10) AR = RAR in
-  ZooKeeper, (11) the partition leaves /admin/reassign_partitions (the znode is deleted when
-  empty), (12) UpdateMetadata to every broker.
-
-ZooKeeper holds AR = OAR + RAR until step 10, and the request stays in /admin/reassign_partitions
-until step 11, so a controller that dies on the way leaves a state its successor finishes
-(failover step 12 re-runs every partition in the znode). A partition in the znode is being
-reassigned whatever its AR (Kafka 2.4+ keeps adding_replicas in the topic znode for this, its
-ReplicaAssignment.isBeingReassigned): after step 1 of a move that only adds replicas, AR already
-equals RAR, and the move is still waiting for them. A broker that comes back re-runs the
-partitions moving onto it (onBrokerStartup), so a move to a broker that died waits for it.
-Every step is safe to run twice.
+ZooKeeper holds the move in the topic znode until step 10, and the request stays in
+/admin/reassign_partitions until step 11, so a controller that dies on the way leaves a state
+its successor finishes: failover step 12 resumes every partition whose topic znode names adding
+or removing replicas and every one in the request znode (:func:`moves_in_progress`); after step 1
+of a move that only adds replicas, AR already equals RAR and adding_replicas says the move still
+waits for them. A broker that comes back re-runs the partitions moving onto it
+(onBrokerStartup -> maybeResumeReassignments), so a move to a broker that died waits for it and
+its replica hears is_new. Every step is safe to run twice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-
-from kazoo.exceptions import BadVersionError, NoNodeError
+from collections.abc import Iterable, Mapping, Sequence
 
 from client.types import TopicPartition
 from controller import topic_deletion
+from controller.context import ControllerContext
 from controller.event_manager import PartitionReassignment, PartitionReassignmentIsrChange
 from controller.partition_leader_election import ElectionOutcome
 from controller.partition_state_machine import ElectionStrategy, PartitionState
 from controller.parts import ControllerParts
+from controller.reassignment_znodes import (
+    read_reassignment_request,
+    read_state_and_watch,
+    remove_partitions_from_reassignment,
+    update_assigned_replicas,
+)
 from controller.replica_state_machine import ReplicaState
-from zk.bridge import DeleteOp, SetDataOp
-from zk.client import fenced_multi
 from zk.data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     PartitionReplica,
-    decode_partition_state,
-    decode_reassignment,
-    decode_topic_assignment,
-    decode_topic_id,
-    encode_reassignment,
-    encode_topic_assignment,
+    ReplicaAssignment,
 )
-from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path, topic_path
+from zk.paths import REASSIGN_PARTITIONS_PATH
 
 log = logging.getLogger(__name__)
-
-MAX_WRITE_ATTEMPTS = 10
 
 
 # -- the events ---------------------------------------------------------------------------------
@@ -95,8 +98,9 @@ async def handle_partition_reassignment(ctl: ControllerParts, event: PartitionRe
 
 
 async def handle_isr_change(ctl: ControllerParts, event: PartitionReassignmentIsrChange) -> None:
-    """The state znode of a partition being reassigned changed: when every target replica is in
-    its ISR, the reassignment goes on to phase 2."""
+    """The state znode of a partition being reassigned changed (Kafka's
+    processPartitionReassignmentIsrChange -> maybeCompleteReassignment): when every target
+    replica is in its ISR, the reassignment goes on to phase B."""
     tp = event.partition
     if not ctl.is_active or tp not in ctl.context.partitions_being_reassigned:
         return
@@ -107,7 +111,7 @@ async def handle_isr_change(ctl: ControllerParts, event: PartitionReassignmentIs
     ctl.context.partition_leadership[tp] = state
     target = ctl.context.partitions_being_reassigned[tp]
     caught_up = [r for r in target if r in state.leader_and_isr.isr]
-    if is_reassignment_complete(state, target):
+    if is_reassignment_complete(ctl.context.full_replica_assignment(tp), state):
         log.info("%s/%s replicas of %s caught up; resuming its reassignment", len(caught_up), len(target), tp)
         await on_partition_reassignment(ctl, tp, state)
     else:
@@ -157,10 +161,37 @@ def _refusal(ctl: ControllerParts, tp: TopicPartition, target: Sequence[int]) ->
     if not target or len(set(target)) != len(target):
         return f"invalid target replicas {list(target)}"
     # AR equal to the target is no reason to drop it: after step 1 of a move that only adds
-    # replicas, AR is the target, and the move waits for them (Kafka resumes it, from the
-    # topic znode's adding_replicas); a request for the assignment as it is completes at once
-    # when its replicas are in the ISR, as in Kafka
+    # replicas, AR is the target, and the topic znode's adding_replicas say the move waits for
+    # them; a request for the assignment as it is (or a reordering) adds and removes nothing,
+    # and completes at once, as in Kafka
     return None
+
+
+def moves_in_progress(
+    ctx: ControllerContext, requested: Mapping[TopicPartition, list[int]]
+) -> dict[TopicPartition, list[int]]:
+    """At failover (Kafka's initializeControllerContext, then initializePartitionReassignments):
+    the partitions whose topic znode names adding or removing replicas (their move resumes,
+    whether or not /admin/reassign_partitions still names them), and those the request znode
+    names. A partition asked for a target other than the one its topic znode is moving to keeps
+    the move it is in (floodmark runs one target per partition); the request's order of the
+    target wins, as the topic znode holds OAR first."""
+    moves = {
+        tp: ctx.full_replica_assignment(tp).target_replicas
+        for tp in sorted({*ctx.adding_replicas, *ctx.removing_replicas})
+    }
+    for tp, target in sorted(requested.items()):
+        running = moves.get(tp)
+        if running is not None and sorted(running) != sorted(target):
+            log.warning(
+                "partition %s is being reassigned to %s; the requested target %s is ignored",
+                tp,
+                running,
+                target,
+            )
+            continue
+        moves[tp] = list(target)
+    return moves
 
 
 async def resume_reassignments_for_brokers(ctl: ControllerParts, broker_ids: Iterable[int]) -> None:
@@ -175,10 +206,16 @@ async def resume_reassignments_for_brokers(ctl: ControllerParts, broker_ids: Ite
 # -- the procedure --------------------------------------------------------------------------------
 
 
-def is_reassignment_complete(state: LeaderIsrAndControllerEpoch | None, target: Sequence[int]) -> bool:
-    """Kafka's isReassignmentComplete: every target replica is in the ISR of the state znode
-    (``state``, as just read from ZooKeeper; None when the znode is missing)."""
-    return state is not None and not missing_from_isr(state.leader_and_isr, target)
+def is_reassignment_complete(
+    assignment: ReplicaAssignment, state: LeaderIsrAndControllerEpoch | None
+) -> bool:
+    """Kafka's isReassignmentComplete: a partition that adds and removes no replica (a
+    reordering, or the assignment as it is) is complete at once, whatever its ISR; any other is
+    complete when every target replica is in the ISR of the state znode (``state``, as just read
+    from ZooKeeper; None when the znode is missing)."""
+    if not assignment.is_being_reassigned:
+        return True
+    return state is not None and not missing_from_isr(state.leader_and_isr, assignment.target_replicas)
 
 
 def missing_from_isr(lai: LeaderAndIsr, target: Sequence[int]) -> list[int]:
@@ -189,42 +226,60 @@ def missing_from_isr(lai: LeaderAndIsr, target: Sequence[int]) -> list[int]:
 async def on_partition_reassignment(
     ctl: ControllerParts, tp: TopicPartition, state: LeaderIsrAndControllerEpoch | None = None
 ) -> None:
-    """Phase 1 or phase 2, decided from the state znode: ``state`` when the caller has just read
-    it (and set the watch), else read here, which also (re)sets the ISR change watch."""
+    """Kafka's onPartitionReassignment: phase U (the topic znode says OAR + RAR with its adding
+    and removing replicas), then phase A or B, decided from the state znode: ``state`` when the
+    caller has just read it (and set the watch), else read here, which also (re)sets the ISR
+    change watch."""
     ctx = ctl.context
     target = ctx.partitions_being_reassigned[tp]
+    reassignment = ctx.full_replica_assignment(tp).reassign_to(target)
+    await update_assigned_replicas(ctl, tp, reassignment)  # U1-U2 (no write when it holds it)
     if state is None:
         state = await read_state_and_watch(ctl, tp)
         if state is not None:
             ctx.partition_leadership[tp] = state
-    if not is_reassignment_complete(state, target):
-        await _start_new_replicas(ctl, tp, target)
+    if not is_reassignment_complete(reassignment, state):
+        await _start_new_replicas(ctl, tp, reassignment)
     else:
-        await _complete_reassignment(ctl, tp, target)
+        await _complete_reassignment(ctl, tp, target, reassignment)
 
 
-async def _start_new_replicas(ctl: ControllerParts, tp: TopicPartition, target: list[int]) -> None:
-    """Steps 1-3; then the wait for the ISR. Step 3 starts the target replicas this controller
-    has not started yet (NonExistentReplica): when step 1 ran before (a retry, a failover),
-    AR already holds them and tells nothing of which are new."""
-    ctx, rsm = ctl.context, ctl.replica_state_machine
-    current = ctx.replicas(tp)
-    new_and_old = current + [r for r in target if r not in current]
-    new_replicas = [r for r in target if rsm.state(PartitionReplica(tp, r)) is ReplicaState.NON_EXISTENT]
-    await update_assigned_replicas(ctl, tp, new_and_old)  # 1
-    await update_leader_epoch_and_send(ctl, tp, new_and_old, new_and_old, step=2)  # 2
-    await ctl.replica_state_machine.handle_state_changes(  # 3
-        [PartitionReplica(tp, r) for r in new_replicas], ReplicaState.NEW
+async def _start_new_replicas(
+    ctl: ControllerParts, tp: TopicPartition, reassignment: ReplicaAssignment
+) -> None:
+    """Phase A; then the wait for the ISR. A1 tells every replica of OAR + RAR the new AR, the
+    adding replicas with is_new every time (a broker with an offline log dir creates a new
+    replica only then, KIP-112; the move may be resumed by a broker's return or a failover,
+    after the first LeaderAndIsr went nowhere). A2 starts the adding replicas this controller
+    has not started yet (NonExistentReplica)."""
+    rsm = ctl.replica_state_machine
+    adding = list(reassignment.adding_replicas)
+    await update_leader_epoch_and_send(ctl, tp, reassignment, step=2)  # A1
+    await rsm.handle_state_changes(  # A2
+        [
+            PartitionReplica(tp, r)
+            for r in adding
+            if rsm.state(PartitionReplica(tp, r)) is ReplicaState.NON_EXISTENT
+        ],
+        ReplicaState.NEW,
     )
-    log.info("reassignment of %s to %s: waiting for %s to join the ISR", tp, target, target)
+    log.info(
+        "reassignment of %s to %s: waiting for %s to join the ISR",
+        tp,
+        ctl.context.partitions_being_reassigned[tp],
+        reassignment.target_replicas,
+    )
 
 
-async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, target: list[int]) -> None:
-    """Steps 5-12, once every target replica is in the ISR."""
+async def _complete_reassignment(
+    ctl: ControllerParts, tp: TopicPartition, target: list[int], reassignment: ReplicaAssignment
+) -> None:
+    """Phase B (steps 5-12), once every target replica is in the ISR, or at once for a partition
+    that adds and removes no replica."""
     ctx, rsm = ctl.context, ctl.replica_state_machine
-    old_and_new = ctx.replicas(tp)
+    old_and_new = list(reassignment.replicas)
     old = [r for r in old_and_new if r not in target]
-    await rsm.handle_state_changes(  # 5
+    await rsm.handle_state_changes(  # 5 (B1)
         [
             PartitionReplica(tp, r)
             for r in target
@@ -232,18 +287,22 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         ],
         ReplicaState.ONLINE,
     )
-    ctx.set_replicas(tp, target)  # 6
+    completed = ReplicaAssignment(tuple(target))
+    ctx.set_full_replica_assignment(tp, completed)  # 6 (B2)
     try:
         if not await _move_leader_if_required(ctl, tp, target, old_and_new):  # 7
-            ctx.set_replicas(tp, old_and_new)
+            ctx.set_full_replica_assignment(tp, reassignment)
             return  # no target replica can lead yet: a later ISR change or broker start-up retries
-        decided_on = await _remove_old_replicas_from_isr(ctl, tp, target)  # 8 (the ISR)
+        if reassignment.is_being_reassigned:
+            decided_on = await _remove_old_replicas_from_isr(ctl, tp, target)  # 8 (the ISR)
+        else:
+            decided_on = ctx.partition_leadership[tp]  # nothing to remove, nothing to wait for
         if decided_on is None:
             # the leader took a target replica out of the ISR since the decision: back to the
-            # wait of phase 1, every replica of OAR + RAR told the wide AR again (the watch,
+            # wait of phase A, every replica of OAR + RAR told the wide AR again (the watch,
             # set by the decision's read, brings the move back here once the ISR holds RAR)
-            ctx.set_replicas(tp, old_and_new)
-            await update_leader_epoch_and_send(ctl, tp, old_and_new, old_and_new, step=2)
+            ctx.set_full_replica_assignment(tp, reassignment)
+            await update_leader_epoch_and_send(ctl, tp, reassignment, step=2)
             log.info("reassignment of %s to %s: a target replica left the ISR; waiting again", tp, target)
             return
         olds = [
@@ -255,12 +314,13 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         await rsm.handle_state_changes(olds, ReplicaState.DELETION_STARTED)  # 9
         await rsm.handle_state_changes(olds, ReplicaState.DELETION_SUCCESSFUL)
         await rsm.handle_state_changes(olds, ReplicaState.NON_EXISTENT)
-        await update_assigned_replicas(ctl, tp, target)  # 10
+        await update_assigned_replicas(ctl, tp, completed)  # 10 (B6: no adding, no removing)
     except BaseException:
-        # ZooKeeper still says OAR + RAR: so must the context, so that the retry takes the old
-        # replicas out again (each step above is safe to repeat)
-        if ctx.replicas(tp) == target:
-            ctx.set_replicas(tp, old_and_new)
+        # ZooKeeper still says OAR + RAR with the adding and removing replicas: so must the
+        # context, so that the retry takes the old replicas out again (each step above is safe
+        # to repeat)
+        if ctx.full_replica_assignment(tp) == completed:
+            ctx.set_full_replica_assignment(tp, reassignment)
         raise
     # 11, and only then forgotten: if the znode write fails, the event's retry (which acts only on
     # partitions still being reassigned) runs these steps again, each a no-op now but this one
@@ -273,10 +333,12 @@ async def _complete_reassignment(ctl: ControllerParts, tp: TopicPartition, targe
         topic=tp.topic,
         partition=tp.partition,
         replicas=target,
+        added=list(reassignment.adding_replicas),
         removed=old,
         leader=lai.leader,
         # the state znode's ISR when the old replicas left it (written, or read and left as it
-        # was), with its zkVersion: it holds every target replica (sim/reassignment_isr.py)
+        # was), with its zkVersion: it holds every target replica of a partition that added or
+        # removed one (sim/reassignment_isr.py)
         isr=list(lai.isr),
         zk_version=lai.zk_version,
     )
@@ -294,7 +356,8 @@ async def _move_leader_if_required(
     leader = ctx.partition_leadership[tp].leader_and_isr.leader
     if leader in target and ctx.is_replica_online(leader, tp=tp):
         # the leader stays: a new leader epoch tells it (and everyone) the new AR
-        await update_leader_epoch_and_send(ctl, tp, old_and_new, target, step=7)
+        removed = [r for r in old_and_new if r not in target]
+        await update_leader_epoch_and_send(ctl, tp, ReplicaAssignment(tuple(target)), step=7, also=removed)
         return True
     failed = await ctl.partition_state_machine.handle_state_changes(
         [tp], PartitionState.ONLINE, ElectionStrategy.REASSIGNMENT, {tp: target}
@@ -342,10 +405,17 @@ async def _remove_old_replicas_from_isr(
 
 
 async def update_leader_epoch_and_send(
-    ctl: ControllerParts, tp: TopicPartition, recipients: Sequence[int], assigned: Sequence[int], step: int
+    ctl: ControllerParts,
+    tp: TopicPartition,
+    assignment: ReplicaAssignment,
+    step: int,
+    also: Sequence[int] = (),
 ) -> None:
     """Kafka's updateLeaderEpochAndSendRequest: the same leader and ISR under a new leader epoch
-    (so the brokers accept it), sent with ``assigned`` as the AR to the live ``recipients``."""
+    (so the brokers accept it), sent with ``assignment``'s AR to its live replicas: the origin
+    replicas with is_new = false (a replica on an offline log dir must not be created afresh
+    elsewhere), the adding replicas with is_new = true (they may be created in any good log
+    dir); ``also`` (step 7: the replicas being removed) hear it too, with is_new = false."""
 
     def compute(_: TopicPartition, current: LeaderIsrAndControllerEpoch) -> ElectionOutcome:
         lai = current.leader_and_isr
@@ -357,9 +427,13 @@ async def update_leader_epoch_and_send(
     if tp in failed:
         raise RuntimeError(f"cannot bump the leader epoch of {tp}: {failed[tp]}")
     state = written[tp][0]
-    live = [r for r in recipients if ctl.context.is_replica_online(r, include_shutting_down=True)]
-    ctl.batch.add_leader_and_isr(live, tp, state, assigned)
-    _record_step(ctl, tp, step=step, replicas=list(assigned))
+    ctx = ctl.context
+    replicas = list(assignment.replicas)
+    origin = [*assignment.origin_replicas, *(r for r in also if r not in assignment.replicas)]
+    for recipients, is_new in ((origin, False), (assignment.adding_replicas, True)):
+        live = [r for r in recipients if ctx.is_replica_online(r, include_shutting_down=True)]
+        ctl.batch.add_leader_and_isr(live, tp, state, replicas, is_new=is_new)
+    _record_step(ctl, tp, step=step, replicas=replicas)
 
 
 def _record_step(
@@ -377,82 +451,3 @@ def _record_step(
         isr=list(lai.isr),
         zk_version=lai.zk_version,
     )
-
-
-# -- ZooKeeper ----------------------------------------------------------------------------------
-
-
-async def read_reassignment_request(ctl: ControllerParts) -> dict[TopicPartition, list[int]]:
-    """/admin/reassign_partitions; an unreadable one is deleted (it would block every later request)."""
-    got = await ctl.zk.get(REASSIGN_PARTITIONS_PATH)
-    if got is None:
-        return {}
-    try:
-        return decode_reassignment(got[0])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        log.error("unreadable %s deleted: %r", REASSIGN_PARTITIONS_PATH, got[0][:200])
-        await ctl.delete_quietly([REASSIGN_PARTITIONS_PATH])
-        return {}
-
-
-async def read_state_and_watch(
-    ctl: ControllerParts, tp: TopicPartition
-) -> LeaderIsrAndControllerEpoch | None:
-    got = await ctl.zk.get(
-        partition_state_path(tp.topic, tp.partition), watch=ctl.reassignment_isr_watcher(tp)
-    )
-    return None if got is None else decode_partition_state(got[0], got[1].version)
-
-
-async def update_assigned_replicas(ctl: ControllerParts, tp: TopicPartition, replicas: Sequence[int]) -> None:
-    """Kafka's updateAssignedReplicasForPartition: this partition's entry of /brokers/topics/<t>,
-    written conditionally on the znode's version (a CreatePartitions may be growing the topic at
-    the same time) and fenced by the controller epoch; then the context."""
-    path = topic_path(tp.topic)
-    for _ in range(MAX_WRITE_ATTEMPTS):
-        got = await ctl.zk.get(path)
-        if got is None:
-            raise NoNodeError(path)
-        assignment = decode_topic_assignment(got[0])
-        if assignment.get(tp.partition) != list(replicas):
-            assignment[tp.partition] = list(replicas)
-            data = encode_topic_assignment(assignment, decode_topic_id(got[0]))  # KIP-516: keep the id
-            try:
-                await fenced_multi(
-                    ctl.zk, ctl.context.epoch_zk_version, [SetDataOp(path, data, got[1].version)]
-                )
-            except BadVersionError:
-                continue  # changed since we read it (or our write landed with its answer lost): again
-        break
-    else:
-        raise BadVersionError(f"{path} kept changing")
-    ctl.context.set_replicas(tp, replicas)
-    ctl.record("assigned_replicas_updated", topic=tp.topic, partition=tp.partition, replicas=list(replicas))
-
-
-async def remove_partitions_from_reassignment(
-    ctl: ControllerParts, partitions: Iterable[TopicPartition]
-) -> None:
-    """Kafka's removePartitionsFromReassignedPartitions: rewrite /admin/reassign_partitions without
-    them (conditionally on its version: the tool may be adding partitions), or delete it when
-    nothing is left."""
-    done = set(partitions)
-    for _ in range(MAX_WRITE_ATTEMPTS):
-        got = await ctl.zk.get(REASSIGN_PARTITIONS_PATH)
-        if got is None:
-            return
-        try:
-            remaining = {tp: r for tp, r in decode_reassignment(got[0]).items() if tp not in done}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            remaining = {}
-        op = (
-            SetDataOp(REASSIGN_PARTITIONS_PATH, encode_reassignment(remaining), got[1].version)
-            if remaining
-            else DeleteOp(REASSIGN_PARTITIONS_PATH, got[1].version)
-        )
-        try:
-            await fenced_multi(ctl.zk, ctl.context.epoch_zk_version, [op])
-            return
-        except (BadVersionError, NoNodeError):
-            continue
-    raise BadVersionError(f"{REASSIGN_PARTITIONS_PATH} kept changing")

@@ -65,14 +65,12 @@ def reassignment_fields(
     state: LeaderIsrAndControllerEpoch,
     replicas: Sequence[int],
 ) -> dict:
-    """KIP-455's adding and removing replicas of a partition being reassigned."""
-    target = context.partitions_being_reassigned.get(tp)
-    if target is None:
-        return {"adding_replicas": [], "removing_replicas": []}
-    isr = state.leader_and_isr.isr
+    """KIP-455's adding and removing replicas of a partition being reassigned, as the topic
+    znode holds them (Kafka's ReplicaAssignment.addingReplicas / removingReplicas: RAR - OAR and
+    OAR - RAR for the whole move), of the replicas this request names."""
     return {
-        "adding_replicas": [r for r in target if r not in isr],
-        "removing_replicas": [r for r in replicas if r not in target],
+        "adding_replicas": [r for r in context.adding_replicas.get(tp, ()) if r in replicas],
+        "removing_replicas": [r for r in context.removing_replicas.get(tp, ()) if r in replicas],
     }
 
 

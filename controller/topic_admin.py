@@ -11,7 +11,8 @@ Creating a topic is writing its znodes; the controller's watch on /brokers/topic
   never exists without its config and a failed create never overwrites another topic's config;
 * :func:`delete_topic`: marks the topic under /admin/delete_topics, for the controller;
 * :func:`add_partitions`: appends partitions to an existing topic (a partition count only grows:
-  Kafka never removes partitions);
+  Kafka never removes partitions), refused while a partition of that topic is being reassigned
+  (Kafka 3.7's ZkAdminManager.createPartitions);
 * :func:`check_file_budget`: both (and reassignments) refuse, with POLICY_VIOLATION as Kafka's
   partition limits do and before anything is written, new replicas that would take a broker past
   the budget it published in /brokers/ids/<id>: its ``max.broker.partitions`` (KIP-578), or the
@@ -39,7 +40,7 @@ from zk.bridge import CreateOp, SetDataOp, ZkBridge
 from zk.client import get_broker, get_topic_assignment
 from zk.data import (
     FileBudget,
-    decode_topic_assignment,
+    decode_full_topic_assignment,
     decode_topic_id,
     encode_topic_assignment,
     encode_topic_config,
@@ -49,7 +50,6 @@ from zk.paths import (
     BROKER_TOPICS_PATH,
     CONFIG_TOPICS_PATH,
     DELETE_TOPICS_PATH,
-    REASSIGN_PARTITIONS_PATH,
     config_topic_path,
     delete_topic_path,
     topic_path,
@@ -272,11 +272,19 @@ async def add_partitions(
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' does not exist.")
     if await zk.exists(delete_topic_path(topic)):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{topic}' is marked for deletion.")
-    if await zk.exists(REASSIGN_PARTITIONS_PATH):
-        # Kafka's AdminManager.createPartitions: the new partitions' placement would race the move
-        raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress.")
     data, stat = got
-    existing = decode_topic_assignment(data)
+    full = decode_full_topic_assignment(data)
+    if any(a.is_being_reassigned for a in full.values()):
+        # Kafka 3.7's ZkAdminManager.createPartitions: refused only while a partition of this
+        # topic is being reassigned (its topic znode names adding or removing replicas), which
+        # would race the controller's writes of the same znode; moves of other topics, and
+        # requests the controller has not started, do not stop it (the write below is
+        # conditional on the version read: a move started since makes it fail)
+        raise KafkaError(
+            ErrorCode.REASSIGNMENT_IN_PROGRESS,
+            f"A partition reassignment is in progress for the topic '{topic}'.",
+        )
+    existing = {p: list(a.replicas) for p, a in full.items()}
     if new_total < len(existing):
         raise KafkaError(
             ErrorCode.INVALID_PARTITIONS,

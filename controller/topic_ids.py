@@ -22,7 +22,7 @@ from kazoo.exceptions import BadVersionError
 from client.protocol.topic_id import random_uuid
 from controller.parts import ControllerParts
 from zk.client import set_topic_id
-from zk.data import decode_topic_assignment, decode_topic_id
+from zk.data import ReplicaAssignment, decode_full_topic_assignment, decode_topic_id
 from zk.paths import topic_path
 
 log = logging.getLogger(__name__)
@@ -35,12 +35,18 @@ MAX_ID_WRITE_ATTEMPTS = 5
 async def read_topic(ctl: ControllerParts, topic: str) -> dict[int, list[int]] | None:
     """The topic's assignment (None: no such topic), with a watch on its znode; its id is in
     ``ctl.context.topic_ids`` afterwards, written first if the znode had none."""
+    full = await read_full_topic(ctl, topic)
+    return None if full is None else {p: list(a.replicas) for p, a in full.items()}
+
+
+async def read_full_topic(ctl: ControllerParts, topic: str) -> dict[int, ReplicaAssignment] | None:
+    """:func:`read_topic` with each partition's adding and removing replicas (KIP-455)."""
     for _ in range(MAX_ID_WRITE_ATTEMPTS):
         got = await ctl.zk.get(topic_path(topic), watch=ctl.topic_watcher(topic))
         if got is None:
             return None
         data, stat = got
-        assignment = decode_topic_assignment(data)
+        assignment = decode_full_topic_assignment(data)
         topic_id = decode_topic_id(data)
         if topic_id is None:
             # a znode rewritten without its id (an older tool) gets back the one its replicas

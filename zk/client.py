@@ -28,8 +28,10 @@ from zk.data import (
     LeaderAndIsr,
     LeaderIsrAndControllerEpoch,
     ProducerIdBlock,
+    ReplicaAssignment,
     decode_broker_registration,
     decode_controller,
+    decode_full_topic_assignment,
     decode_partition_state,
     decode_producer_id_block,
     decode_topic_assignment,
@@ -37,11 +39,11 @@ from zk.data import (
     decode_topic_id,
     encode_broker_registration,
     encode_config_change,
+    encode_full_topic_assignment,
     encode_isr_change_notification,
     encode_log_dir_event,
     encode_partition_state,
     encode_producer_id_block,
-    encode_topic_assignment,
     encode_topic_config,
 )
 from zk.paths import (
@@ -116,6 +118,13 @@ async def get_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, list[int]]
     return None if got is None else decode_topic_assignment(got[0])
 
 
+async def get_full_topic_assignment(zk: ZkBridge, topic: str) -> dict[int, ReplicaAssignment] | None:
+    """Each partition's replicas with the adding and removing replicas of a move in progress
+    (Kafka's KafkaZkClient.getFullReplicaAssignmentForTopics); None: no such topic."""
+    got = await zk.get(topic_path(topic))
+    return None if got is None else decode_full_topic_assignment(got[0])
+
+
 async def get_topic_id(zk: ZkBridge, topic: str) -> str | None:
     """The topic's id (KIP-516) from /brokers/topics/<topic>; None: no such topic, or no id yet."""
     got = await zk.get(topic_path(topic))
@@ -129,7 +138,7 @@ async def set_topic_id(
     at ``version``) as version 3 with ``topic_id``, fenced by the controller epoch and, unlike
     Kafka's MatchAnyVersion, conditional on ``version``: a partition added or a reassignment
     written since the read is never overwritten (BadVersionError: read again)."""
-    encoded = encode_topic_assignment(decode_topic_assignment(data), topic_id)
+    encoded = encode_full_topic_assignment(decode_full_topic_assignment(data), topic_id)  # KIP-455 kept
     await fenced_multi(zk, epoch_zk_version, [SetDataOp(topic_path(topic), encoded, version)])
 
 

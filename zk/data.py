@@ -1,18 +1,18 @@
 """What the znodes hold, and their JSON codecs, byte for byte the shapes Kafka writes (compact
 JSON, key order as Kafka's), so an operator with ``zkCli.sh`` sees what a Kafka operator would
-(Kafka's ZkData encoders; docs/architecture.md "ZooKeeper layout"). No kazoo import: tools and
-benchmarks decode znodes with it too.
+(Kafka's ZkData encoders; docs/architecture.md "ZooKeeper layout"; the topic znode's are in
+zk/topic_znode.py). No kazoo import: tools and benchmarks decode znodes with it too.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from client.protocol.topic_id import ZERO_UUID, parse_uuid
 from client.types import TopicPartition
+from zk import topic_znode
+from zk.json_codec import dumps, loads
 
 #: The ``event`` of a KIP-112 log dir event notification: a log dir failed.
 LOG_DIR_FAILURE_EVENT = 1
@@ -23,6 +23,14 @@ NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 #: /controller_epoch is created with this value; the first controller makes it 1.
 INITIAL_CONTROLLER_EPOCH = 0
+
+# The topic znode's codec (zk/topic_znode.py), by its names here as well.
+ReplicaAssignment = topic_znode.ReplicaAssignment
+decode_full_topic_assignment = topic_znode.decode_full_topic_assignment
+decode_topic_assignment = topic_znode.decode_topic_assignment
+decode_topic_id = topic_znode.decode_topic_id
+encode_full_topic_assignment = topic_znode.encode_full_topic_assignment
+encode_topic_assignment = topic_znode.encode_topic_assignment
 
 
 #: The protocol every listener speaks: floodmark has no TLS or SASL (docs/operations.md).
@@ -211,14 +219,6 @@ class PartitionReplica:
     replica: int
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def _loads(data: bytes) -> Any:
-    return json.loads(data.decode())
-
-
 def encode_broker_registration(
     endpoints: Sequence[EndPoint],
     timestamp_ms: int,
@@ -247,7 +247,7 @@ def encode_broker_registration(
     )
     if file_budget is not None:
         obj["file_budget"] = file_budget.to_json()
-    return _dumps(obj)
+    return dumps(obj)
 
 
 def parse_endpoint(text: str, protocol_map: dict[str, str] | None = None) -> EndPoint:
@@ -263,7 +263,7 @@ def parse_endpoint(text: str, protocol_map: dict[str, str] | None = None) -> End
 def decode_broker_registration(data: bytes, broker_id: int = -1, epoch: int = -1) -> BrokerInfo:
     """The id is the znode's name, not part of its JSON: pass it (and the czxid as ``epoch``).
     Reads every version: v1 (host/port and one PLAINTEXT endpoint) to v4 (named listeners)."""
-    obj = _loads(data)
+    obj = loads(data)
     protocol_map = obj.get("listener_security_protocol_map") or {}
     endpoints = tuple(parse_endpoint(e, protocol_map) for e in obj.get("endpoints") or ())
     host, port = obj.get("host"), obj.get("port")
@@ -283,7 +283,7 @@ def decode_broker_registration(data: bytes, broker_id: int = -1, epoch: int = -1
 
 def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
     lai = state.leader_and_isr
-    return _dumps(
+    return dumps(
         {
             "controller_epoch": state.controller_epoch,
             "leader": lai.leader,
@@ -295,57 +295,20 @@ def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
 
 
 def decode_partition_state(data: bytes, zk_version: int) -> LeaderIsrAndControllerEpoch:
-    obj = _loads(data)
+    obj = loads(data)
     return LeaderIsrAndControllerEpoch(
         LeaderAndIsr(obj["leader"], obj["leader_epoch"], tuple(obj["isr"]), zk_version),
         obj["controller_epoch"],
     )
 
 
-def encode_topic_assignment(assignment: dict[int, Sequence[int]], topic_id: str | None = None) -> bytes:
-    """/brokers/topics/<topic> (Kafka's TopicZNode). With a ``topic_id`` (KIP-516) it is Kafka's
-    version 3: ``partitions``, the empty ``adding_replicas`` / ``removing_replicas`` (floodmark
-    keeps a reassignment's target in /admin/reassign_partitions, as Kafka before KIP-455 did)
-    and ``topic_id``; without one the version 1 that writers without an id wrote before. Every
-    rewrite of the znode must pass the id it read (:func:`decode_topic_id`): a write without it
-    would drop the topic's identity."""
-    partitions = {str(p): list(r) for p, r in sorted(assignment.items())}
-    if not topic_id:
-        return _dumps({"version": 1, "partitions": partitions})
-    return _dumps(
-        {
-            "version": 3,
-            "partitions": partitions,
-            "adding_replicas": {},
-            "removing_replicas": {},
-            "topic_id": topic_id,
-        }
-    )
-
-
-def decode_topic_assignment(data: bytes) -> dict[int, list[int]]:
-    obj = _loads(data)
-    return {int(p): list(r) for p, r in sorted(obj.get("partitions", {}).items(), key=lambda kv: int(kv[0]))}
-
-
-def decode_topic_id(data: bytes) -> str | None:
-    """The znode's ``topic_id`` (KIP-516), canonical; None for a znode written without one
-    (before version 3, or by a writer that had none: the controller assigns it, Kafka's
-    ``setTopicIds``) and for ZERO_UUID."""
-    text = _loads(data).get("topic_id")
-    if not isinstance(text, str):
-        return None
-    topic_id = parse_uuid(text)
-    return topic_id if topic_id != ZERO_UUID else None
-
-
 def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
-    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+    return dumps({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
 
 
 def decode_controller(data: bytes) -> int:
     """The controller's broker id. Tolerates the pre-0.8.2 bare-integer form."""
-    obj = _loads(data)
+    obj = loads(data)
     return int(obj) if isinstance(obj, int) else int(obj["brokerid"])
 
 
@@ -358,23 +321,23 @@ def decode_controller_epoch(data: bytes) -> int:
 
 
 def encode_topic_config(config: dict[str, str]) -> bytes:
-    return _dumps({"version": 1, "config": dict(config)})
+    return dumps({"version": 1, "config": dict(config)})
 
 
 def decode_topic_config(data: bytes) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _loads(data).get("config", {}).items()}
+    return {str(k): str(v) for k, v in loads(data).get("config", {}).items()}
 
 
 def encode_config_change(entity_path: str) -> bytes:
     """A /config/changes/config_change_<seq> notification, e.g. entity_path ``topics/foo``."""
-    return _dumps({"version": 2, "entity_path": entity_path})
+    return dumps({"version": 2, "entity_path": entity_path})
 
 
 def decode_config_change(data: bytes) -> tuple[str, str]:
     """A config change notification's (entity type, entity name), e.g. ``("topics", "foo")``:
     version 2 ``{"entity_path": "topics/foo"}`` or version 1 ``{"entity_type", "entity_name"}``
     (Kafka's ConfigChangeNotificationHandler). ValueError for anything else."""
-    doc = _loads(data)
+    doc = loads(data)
     if not isinstance(doc, dict):
         raise ValueError(f"not a config change notification: {data!r}")
     if doc.get("version") == 2 and isinstance(doc.get("entity_path"), str):
@@ -391,7 +354,7 @@ def decode_config_change(data: bytes) -> tuple[str, str]:
 
 
 def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> bytes:
-    return _dumps(
+    return dumps(
         {
             "version": 1,
             "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(set(partitions))],
@@ -400,17 +363,17 @@ def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> byte
 
 
 def decode_isr_change_notification(data: bytes) -> list[TopicPartition]:
-    return [TopicPartition(p["topic"], p["partition"]) for p in _loads(data).get("partitions", [])]
+    return [TopicPartition(p["topic"], p["partition"]) for p in loads(data).get("partitions", [])]
 
 
 def encode_log_dir_event(broker_id: int) -> bytes:
     """A /log_dir_event_notification/log_dir_event_<seq> value, as Kafka writes it."""
-    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+    return dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
 
 
 def decode_log_dir_event(data: bytes) -> int:
     """The broker id of a log dir event notification; ValueError for anything else."""
-    doc = _loads(data)
+    doc = loads(data)
     if (
         not isinstance(doc, dict)
         or not isinstance(doc.get("broker"), int)
@@ -423,19 +386,19 @@ def decode_log_dir_event(data: bytes) -> int:
 def encode_partition_list(partitions: Iterable[TopicPartition]) -> bytes:
     """/admin/preferred_replica_election (Kafka's PreferredReplicaElectionZNode; docs/operations.md
     "ZooKeeper paths")."""
-    return _dumps(
+    return dumps(
         {"version": 1, "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]}
     )
 
 
 def decode_partition_list(data: bytes) -> list[TopicPartition]:
-    return [TopicPartition(p["topic"], p["partition"]) for p in _loads(data).get("partitions", [])]
+    return [TopicPartition(p["topic"], p["partition"]) for p in loads(data).get("partitions", [])]
 
 
 def encode_reassignment(reassignment: dict[TopicPartition, Sequence[int]]) -> bytes:
     """/admin/reassign_partitions (Kafka's ReassignPartitionsZNode; docs/operations.md
     "ZooKeeper paths")."""
-    return _dumps(
+    return dumps(
         {
             "version": 1,
             "partitions": [
@@ -449,7 +412,7 @@ def encode_reassignment(reassignment: dict[TopicPartition, Sequence[int]]) -> by
 def decode_reassignment(data: bytes) -> dict[TopicPartition, list[int]]:
     return {
         TopicPartition(p["topic"], p["partition"]): list(p["replicas"])
-        for p in _loads(data).get("partitions", [])
+        for p in loads(data).get("partitions", [])
     }
 
 
@@ -464,7 +427,7 @@ class ProducerIdBlock:
 
 def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
     """Kafka's JSON: the ids as decimal strings (JSON numbers lose precision past 2^53)."""
-    return _dumps(
+    return dumps(
         {
             "version": 1,
             "broker": block.broker,
@@ -475,5 +438,5 @@ def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
 
 
 def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
-    obj = _loads(data)
+    obj = loads(data)
     return ProducerIdBlock(int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"]))

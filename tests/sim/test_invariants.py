@@ -184,7 +184,7 @@ CASES: dict[str, tuple[Plant, list[int]]] = {
     NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
     PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [30]),
     ISR_LAG: (clean_fetches_earn_no_credit, [37]),
-    REASSIGNMENT_ISR: (reassignments_ignore_the_isr, [5]),
+    REASSIGNMENT_ISR: (reassignments_ignore_the_isr, [2]),  # on four brokers: CASE_CONFIGS
     TOPIC_IDS: (controllers_ignore_the_topic_id, [0]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
@@ -203,6 +203,12 @@ MORE_CASES: list[tuple[str, Plant, list[int]]] = [
 PLANTED = [(invariant, plant, seeds) for invariant, (plant, seeds) in sorted(CASES.items())] + MORE_CASES
 
 CONFIG = ScheduleConfig(steps=60)
+
+#: Cases whose plant shows only on another cluster. On three brokers with RF 3 every move the
+#: workload asks for is a reordering, which adds and removes no replica and so completes at once
+#: whatever the ISR (Kafka's isReassignmentComplete: not isBeingReassigned); a fourth broker
+#: gives moves that add and remove replicas, the ones that wait for the ISR.
+CASE_CONFIGS: dict[str, ScheduleConfig] = {REASSIGNMENT_ISR: replace(CONFIG, brokers=4)}
 
 
 #: How many seeds a sweep tries when a planted bug's listed seeds no longer catch it.
@@ -233,7 +239,7 @@ def test_the_sweep_catches_a_planted_violation(
     invariant: str, plant: Plant, seeds: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plant(monkeypatch)
-    config = replace(CONFIG, invariants=frozenset({invariant, NO_SPIN}))
+    config = replace(CASE_CONFIGS.get(invariant, CONFIG), invariants=frozenset({invariant, NO_SPIN}))
     failure = first_failure(seeds, config)
     assert failure is not None, (
         f"the planted {plant.__name__} was not caught by seeds {seeds} or 0..{SWEEP_SEEDS - 1}"

@@ -30,7 +30,7 @@ from tests.unit.controller_harness import start
 from tests.unit.test_controller_reassignment import TP, leader_expands_isr, moved, request
 from tests.unit.test_controller_zk_faults import eventually, idle
 from zk.bridge import SetDataOp, ZkBridge
-from zk.client import get_partition_state, get_topic_assignment
+from zk.client import get_full_topic_assignment, get_partition_state, get_topic_assignment
 from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path
 
 
@@ -53,8 +53,11 @@ async def listed(zk: ZkBridge) -> list[dict]:
     return [p for t in answer["topics"] if t["name"] == "t" for p in t["partitions"]]
 
 
-async def still_moving(zk: ZkBridge, controller: KafkaController, wide: list[int], target: list[int]) -> None:
-    """The move is in progress: listed, AR = OAR + RAR in ZooKeeper, no replica deleted."""
+async def still_moving(
+    zk: ZkBridge, controller: KafkaController, wide: list[int], target: list[int], origin: list[int]
+) -> None:
+    """The move is in progress: listed with Kafka's fields (adding RAR - OAR, removing OAR - RAR,
+    as the topic znode holds them: KIP-455), AR = OAR + RAR in ZooKeeper, no replica deleted."""
     await idle(controller)
     assert TP in controller.context.partitions_being_reassigned, (
         "the move was completed (or dropped) while a target replica is outside the ZooKeeper ISR: "
@@ -63,8 +66,16 @@ async def still_moving(zk: ZkBridge, controller: KafkaController, wide: list[int
     assert controller.context.partitions_being_reassigned[TP] == target
     assert (await get_topic_assignment(zk, "t"))[0] == wide
     (entry,) = await listed(zk)
-    isr = (await get_partition_state(zk, TP)).leader_and_isr.isr
-    assert entry["adding_replicas"] == [r for r in target if r not in isr]
+    assert (entry["replicas"], entry["adding_replicas"], entry["removing_replicas"]) == (
+        wide,
+        [r for r in target if r not in origin],
+        [r for r in origin if r not in target],
+    )
+    full = (await get_full_topic_assignment(zk, "t"))[0]
+    assert (list(full.adding_replicas), list(full.removing_replicas)) == (
+        entry["adding_replicas"],
+        entry["removing_replicas"],
+    )
 
 
 # -- item 7: the ISR the completion decides from ---------------------------------------------------
@@ -80,7 +91,7 @@ async def test_a_move_asked_right_after_the_leader_shrank_the_isr_waits_for_it(z
         assert controller.context.partition_leadership[TP].leader_and_isr.isr == (1, 2, 3)  # stale
         await request(zk, [2, 3])
         assert await eventually(lambda: TP in controller.context.partitions_being_reassigned)
-        await still_moving(zk, controller, [1, 2, 3], [2, 3])
+        await still_moving(zk, controller, [1, 2, 3], [2, 3], origin=[1, 2, 3])
         assert not calls.stop_replica_deletes(1, TP)
         state = (await get_partition_state(zk, TP)).leader_and_isr
         assert state.isr == (1, 2)  # nothing taken out
@@ -105,7 +116,7 @@ async def test_a_new_controller_decides_the_move_from_the_isr_in_zookeeper(zk: Z
     controller, calls = await start(zk, failing, [1, 2, 3], {"t": {0: [1, 2, 3]}})
     try:
         assert shrink.ran
-        await still_moving(zk, controller, [1, 2, 3], [2, 3])
+        await still_moving(zk, controller, [1, 2, 3], [2, 3], origin=[1, 2, 3])
         assert not calls.stop_replica_deletes(1, TP)
 
         await leader_expands_isr(zk, [1, 2, 3])
@@ -136,7 +147,7 @@ async def test_a_shrink_between_the_decision_and_step_8_stops_the_completion(zk:
         failing.before("multi", shrink, match=_electing)
         await request(zk, [2, 3])
         assert await eventually(lambda: shrink.ran)
-        await still_moving(zk, controller, [1, 2, 3], [2, 3])
+        await still_moving(zk, controller, [1, 2, 3], [2, 3], origin=[1, 2, 3])
         assert not calls.stop_replica_deletes(1, TP)
         state = (await get_partition_state(zk, TP)).leader_and_isr
         assert state.leader == 2 and set(state.isr) == {1, 2}
@@ -178,7 +189,7 @@ async def test_a_new_controller_keeps_an_interrupted_rf_increase(zk: ZkBridge) -
     try:
         await second.startup()
         assert second.is_active
-        await still_moving(zk, second, [1, 2, 3], [1, 2, 3])
+        await still_moving(zk, second, [1, 2, 3], [1, 2, 3], origin=[1, 2])
         assert await zk.exists(REASSIGN_PARTITIONS_PATH) is not None
         (entry,) = await listed(zk)
         assert (entry["replicas"], entry["adding_replicas"]) == ([1, 2, 3], [3])
@@ -218,7 +229,7 @@ async def test_an_rf_increase_whose_step_2_failed_is_retried_not_dropped(zk: ZkB
             )
 
         assert await eventually(retried)
-        await still_moving(zk, controller, [1, 2, 3], [1, 2, 3])
+        await still_moving(zk, controller, [1, 2, 3], [1, 2, 3], origin=[1, 2])
         assert calls.of(3, ApiKey.LEADER_AND_ISR, TP), "the new replica was never started"
 
         await leader_expands_isr(zk, [1, 2, 3])
