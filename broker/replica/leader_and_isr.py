@@ -40,6 +40,7 @@ from broker.config import validate_topic_configs
 from broker.log import Log, LogConfig
 from broker.log.log_dir_failure import KafkaStorageError
 from broker.loop_stall import CooperativeYield
+from broker.replica.leader_endpoint import inter_broker_endpoint
 from broker.replica.partition import Partition, PartitionState
 from broker.replica.replica_state import ReplicaState
 from broker.replica.topic_ids import check_topic_id, delete_stray_replicas
@@ -485,24 +486,3 @@ class LeaderAndIsrHandler:
             self.rm.topic_overrides.pop(topic, None)
             self.rm.quotas.leader.remove_throttle(topic)
             self.rm.quotas.follower.remove_throttle(topic)
-
-
-def inter_broker_endpoint(leader: dict, listener_name: str) -> dict:
-    """A live_leaders entry with ``host``/``port`` on this broker's inter-broker listener (KIP-103:
-    Kafka's follower connects to ``leader.brokerEndPoint(interBrokerListenerName)``). The entry's
-    own host/port are on the controller's inter-broker listener: kept when the leader advertises no
-    ``endpoints`` (an older controller) or lacks the listener (then logged)."""
-    endpoints = leader.get("endpoints")
-    if not endpoints:
-        return leader
-    for endpoint in endpoints:
-        if endpoint["listener_name"] == listener_name:
-            return {**leader, "host": endpoint["host"], "port": endpoint["port"]}
-    log.error(
-        "leader %d has no endpoint on the inter-broker listener %s; fetching from %s:%s",
-        leader["id"],
-        listener_name,
-        leader["host"],
-        leader["port"],
-    )
-    return leader
