@@ -176,8 +176,8 @@ class SyncConsumer(_SyncClient):
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
         """Join the consumer's group for these topics (or a pattern). ``listener``, if given, has
-        plain ``on_partitions_revoked(set)`` / ``on_partitions_assigned(set)`` methods (kafka-python's
-        ConsumerRebalanceListener); they run on the client's loop thread, during ``poll``."""
+        plain ``on_partitions_revoked(set)`` / ``on_partitions_assigned(set)`` methods, and optionally
+        ``on_partitions_lost(set)`` (kafka-python's ConsumerRebalanceListener); they run on the client's loop thread, during ``poll``."""
         wrapped = _ListenerAdapter(listener) if listener is not None else None
         self._thread.call(self._client.subscribe, list(topics), pattern, wrapped)
 
@@ -242,6 +242,15 @@ class _ListenerAdapter(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         if hasattr(self.listener, "on_partitions_revoked"):
             self.listener.on_partitions_revoked(revoked)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """The listener's own ``on_partitions_lost`` if it has one, else its revoke callback
+        (Kafka's default)."""
+        callback = getattr(self.listener, "on_partitions_lost", None) or getattr(
+            self.listener, "on_partitions_revoked", None
+        )
+        if callback is not None:
+            callback(lost)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if hasattr(self.listener, "on_partitions_assigned"):

@@ -11,7 +11,11 @@ per ``auto_offset_reset`` by the :class:`~client.consumer.offsets.OffsetFetcher`
 ``subscribe`` to topics or a pattern and the
 :class:`~client.consumer.group_coordinator.ConsumerCoordinator` gets the partitions from the
 group, ``commit`` / ``committed`` keep offsets at the coordinator, and auto commit runs by
-default (``enable_auto_commit``). See docs/guarantees.md and docs/design.md "Consumer groups".
+default (``enable_auto_commit``), from ``poll`` only (Kafka's maybeAutoCommitOffsetsAsync, before
+the fetch), so it commits records earlier polls returned. ``subscribe`` only changes the
+subscription: the assignment stays until the next ``poll``'s rebalance revokes it (Kafka's
+LegacyKafkaConsumer.subscribe); ``unsubscribe`` and ``close`` revoke before leaving (Kafka's
+onLeavePrepare). See docs/guarantees.md and docs/design.md "Consumer groups".
 """
 
 from __future__ import annotations
@@ -85,15 +89,17 @@ class Consumer:
     async def close(self) -> None:
         if self._closed:
             return
-        if self._coordinator is not None and self._started:
-            await self._coordinator.close()
-        self._closed = True
-        tasks = self._fetcher.tasks()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        await self._cluster.close()
+        try:
+            if self._coordinator is not None and self._started:
+                await self._coordinator.close()  # raises a rebalance listener's error, once left
+        finally:
+            self._closed = True
+            tasks = self._fetcher.tasks()
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await self._cluster.close()
 
     def abandon(self) -> None:
         """Stop at once as a killed process would: no commit, no LeaveGroup, every connection
@@ -120,13 +126,15 @@ class Consumer:
         listener: ConsumerRebalanceListener | None = None,
     ) -> None:
         """Join the group (``group_id``) for these topics, or every topic matching ``pattern``;
-        the group's leader decides which partitions this member reads (seed 004)."""
+        the group's leader decides which partitions this member reads (seed 004). Only the
+        subscription changes here (Kafka's KafkaConsumer.subscribe): the partitions assigned stay
+        until the next ``poll``'s rebalance revokes them (``on_partitions_revoked`` sees them,
+        a commit there or the auto commit before it commits their positions)."""
         if self._coordinator is None:
             raise RuntimeError("subscribe() needs a group_id: pass group_id=... to the consumer")
         names = {topics} if isinstance(topics, str) else set(topics)
         if bool(names) == (pattern is not None):
             raise ValueError("subscribe() takes topics or a pattern, not both nor neither")
-        self._subscriptions.assign([])
         self._coordinator.subscribe(names, re.compile(pattern) if pattern is not None else None, listener)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -140,11 +148,10 @@ class Consumer:
         return set(self._coordinator.subscribed_topics()) if self._coordinator else set()
 
     async def unsubscribe(self) -> None:
-        """Leave the group and give up every partition."""
+        """Give up every partition (``on_partitions_revoked`` first, while they are still
+        assigned) and leave the group (Kafka's onLeavePrepare, then maybeLeaveGroup)."""
         if self._coordinator is not None:
-            self._coordinator.subscribe(set(), None, None)
-            self._coordinator.need_rejoin = False
-            await self._coordinator.leave_group()
+            await self._coordinator.unsubscribe()
         self._subscriptions.assign([])
 
     # -- committed offsets ------------------------------------------------------------------------
@@ -245,8 +252,12 @@ class Consumer:
         deadline = loop.time() + max(0, timeout_ms) / 1000
         while True:
             group = self._coordinator
-            if group is not None and group.subscribed and not await group.poll(deadline - loop.time()):
-                return []
+            if group is not None:
+                if group.subscribed:
+                    if not await group.poll(deadline - loop.time()):
+                        return []
+                else:  # partitions assigned by hand: auto commit still runs (Kafka's poll)
+                    group.maybe_auto_commit_offsets_async()
             self._fetcher.raise_partition_errors()
             retry_reset_at = None
             missing = [tp for tp, state in self._subscriptions.assignment.items() if state.position is None]
@@ -265,7 +276,8 @@ class Consumer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            for at in (wake_at, retry_reset_at):
+            auto_commit_at = group.auto_commit.next_at if group is not None and group.auto_commit else None
+            for at in (wake_at, retry_reset_at, auto_commit_at):
                 if at is not None:
                     remaining = min(remaining, max(0.0, at - loop.time()))
             await self._wait(remaining)

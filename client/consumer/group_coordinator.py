@@ -8,7 +8,11 @@ sends the result in its SyncGroup; every member applies the assignment its SyncG
 A background task heartbeats every ``heartbeat_interval_ms``; an answer saying a rebalance began
 (REBALANCE_IN_PROGRESS) or that this member was fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
 makes the next ``poll`` rejoin (a fenced answer to a request of an older generation is
-ignored: Kafka's generationUnchanged()). The member's state is Kafka's MemberState (UNJOINED,
+ignored: Kafka's generationUnchanged()). A fenced answer resets the generation, and the member
+id too unless it was ILLEGAL_GENERATION (Kafka's resetStateOnResponseError(api, error,
+shouldResetMemberId = error != ILLEGAL_GENERATION), for SyncGroup, Heartbeat and OffsetCommit):
+the member id is still valid then, and rejoining under it spares the group waiting for the old
+id until its session expires. The member's state is Kafka's MemberState (UNJOINED,
 PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE); it commits only when STABLE
 (:mod:`client.consumer.offset_commits`). Kafka's onJoinPrepare, the eager protocol: before
 rejoining, the member commits (with auto commit), calls ``on_partitions_revoked`` while the
@@ -17,10 +21,18 @@ them all up; when its generation was reset (fenced) it calls ``on_partitions_los
 also before clearing. A fenced member keeps its assignment until then but delivers nothing
 from it: ``poll`` rejoins before it returns any record, and a commit of it is refused.
 
+Leaving (Kafka's onLeavePrepare, then maybeLeaveGroup): ``close`` (after its auto commit) and
+``unsubscribe`` first call ``on_partitions_revoked`` (``on_partitions_lost`` when the generation
+was reset or a rebalance is under way) while the partitions are still assigned, then clear the
+assignment and send LeaveGroup (a dynamic member with a generation only: KIP-345's static
+members never do). Leaving resets the generation and member id but not the assignment; so when
+the heartbeat leaves on a poll timeout, the next ``poll``'s onJoinPrepare reports the partitions
+lost.
+
 Offsets: ``commit`` writes the positions (or the given offsets) with OffsetCommit under the
 current generation, ``committed`` reads them back with OffsetFetch, newly assigned partitions
-start from their committed offsets (else ``auto_offset_reset``), auto commit runs every
-``auto_commit_interval_ms``, and ``close`` commits and leaves the group (LeaveGroup).
+start from their committed offsets (else ``auto_offset_reset``); auto commit is driven by
+``poll`` (:mod:`client.consumer.auto_commit`) and also runs before a rebalance and on ``close``.
 """
 
 from __future__ import annotations
@@ -28,18 +40,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from client.consumer.assignors import assignor_for
+from client.consumer.auto_commit import AutoCommit
 from client.consumer.config import ConsumerConfig
-from client.consumer.heartbeat import auto_commit_loop, heartbeat_loop
+from client.consumer.heartbeat import heartbeat_loop
+from client.consumer.leave_group import GroupLeave
 from client.consumer.offset_commits import (
     COORDINATOR_ERRORS,
     FENCED_ERRORS,
     NO_GENERATION,
     UNKNOWN_MEMBER_ID,
     MemberState,
-    OffsetCommits,
 )
 from client.consumer.rebalance_listener import (
     ConsumerRebalanceListener,
@@ -60,12 +73,12 @@ from client.protocol.consumer_protocol import (
     encode_subscription,
 )
 from client.protocol.errors import ErrorCode, KafkaError
-from client.types import TopicPartition
+from client.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
 
-class ConsumerCoordinator(OffsetCommits):
+class ConsumerCoordinator(GroupLeave):
     def __init__(
         self,
         config: ConsumerConfig,
@@ -93,7 +106,12 @@ class ConsumerCoordinator(OffsetCommits):
         self.pattern: re.Pattern[str] | None = None
         self.listener: ConsumerRebalanceListener | None = None
         self._heartbeat_task: asyncio.Task | None = None
-        self._auto_commit_task: asyncio.Task | None = None
+        #: Kafka's nextAutoCommitTimer and the auto commit in flight (None: enable_auto_commit off)
+        self.auto_commit = (
+            AutoCommit(config.auto_commit_interval_ms, config.retry_backoff_ms, config.group_id)
+            if config.enable_auto_commit
+            else None
+        )
         self._lock = asyncio.Lock()
         self.last_poll = 0.0
         self.rebalances = 0
@@ -192,6 +210,7 @@ class ConsumerCoordinator(OffsetCommits):
             log.info("group %s: the partitions of the group's topics changed: reassigning", self.group_id)
             self.need_rejoin = True
         if not self.need_rejoin:
+            self.maybe_auto_commit_offsets_async()
             return True
         if self._join_task is None or self._join_task.done():
             self._join_task = asyncio.get_running_loop().create_task(
@@ -204,7 +223,22 @@ class ConsumerCoordinator(OffsetCommits):
                 await asyncio.shield(self._join_task)
         except TimeoutError:
             return False
-        return not self.need_rejoin
+        if self.need_rejoin:
+            return False
+        self.maybe_auto_commit_offsets_async()
+        return True
+
+    def maybe_auto_commit_offsets_async(self) -> None:
+        """Kafka's maybeAutoCommitOffsetsAsync(now), at the end of the coordinator's poll and so
+        before the consumer fetches: the positions of records earlier polls returned."""
+        auto = self.auto_commit
+        if auto is not None:
+            auto.maybe_commit_async(
+                asyncio.get_running_loop().time(), self._positions, self._commit_positions
+            )
+
+    async def _commit_positions(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        await self.commit(offsets)  # looked up on each call: a test or the simulator may wrap it
 
     def _maybe_refresh_group_metadata(self) -> None:
         """The leader watches the partition counts of every topic it assigned, also those it
@@ -256,7 +290,9 @@ class ConsumerCoordinator(OffsetCommits):
         commit, under a stable generation only), call the listener while the partitions are
         still assigned (lost when the generation was reset, else revoked), then give every
         partition up, also when the listener raises."""
-        if self.config.enable_auto_commit and self.generation_if_stable() is not None:
+        if self.auto_commit is not None:
+            await self.auto_commit.wait_in_flight()  # an older commit must not land after this one
+        if self.auto_commit is not None and self.generation_if_stable() is not None:
             try:
                 await self.commit(self._positions())
             except KafkaError as exc:
@@ -337,13 +373,18 @@ class ConsumerCoordinator(OffsetCommits):
         if code == ErrorCode.NONE:
             return
         if code in FENCED_ERRORS:
-            self.reset_generation()
+            # Kafka keeps the member id on ILLEGAL_GENERATION (SyncGroupResponseHandler)
+            self.reset_generation(reset_member_id=code != ErrorCode.ILLEGAL_GENERATION)
         raise KafkaError(code, f"{what} of group {self.group_id} (member {self.member_id or '-'}) failed")
 
-    def reset_generation(self) -> None:
-        """Kafka's resetStateAndRejoin: no generation; the next join first reports the
-        partitions still assigned lost."""
-        self.member_id, self.generation, self.protocol = UNKNOWN_MEMBER_ID, NO_GENERATION, None
+    def reset_generation(self, reset_member_id: bool = True) -> None:
+        """Kafka's resetStateAndRejoin(reason, shouldResetMemberId): no generation (and no member
+        id unless told to keep it: after ILLEGAL_GENERATION it is still valid, and rejoining under
+        it spares the group waiting for the old id); the assignment stays, and the next join first
+        reports it lost."""
+        if reset_member_id:
+            self.member_id = UNKNOWN_MEMBER_ID
+        self.generation, self.protocol = NO_GENERATION, None
         self.state = MemberState.UNJOINED
         self._assignment_snapshot = None
         self.need_rejoin = True
@@ -378,24 +419,20 @@ class ConsumerCoordinator(OffsetCommits):
         self.need_rejoin = False
         self._needs_join_prepare = True
         self.rebalances += 1
+        if self.auto_commit is not None:
+            self.auto_commit.reset(asyncio.get_running_loop().time())
         log.info(
             "group %s generation %d: member %s assigned %s",
             self.group_id, self.generation, self.member_id, ", ".join(map(str, sorted(partitions))) or "nothing",
         )  # fmt: skip
         await invoke_partitions_assigned(self.listener, set(partitions))
 
-    # -- background: heartbeats and auto commit --------------------------------------------------
+    # -- background: heartbeats -------------------------------------------------------------------
 
     def _start_background_tasks(self) -> None:
         loop = asyncio.get_running_loop()
         if self._heartbeat_task is None or self._heartbeat_task.done():
             self._heartbeat_task = loop.create_task(heartbeat_loop(self), name=f"heartbeat-{self.group_id}")
-        if self.config.enable_auto_commit and (
-            self._auto_commit_task is None or self._auto_commit_task.done()
-        ):
-            self._auto_commit_task = loop.create_task(
-                auto_commit_loop(self), name=f"auto-commit-{self.group_id}"
-            )
 
     def _on_heartbeat(self, code: int, sent: tuple[int, str]) -> None:
         """Kafka's HeartbeatResponseHandler; ``sent``: the generation and member id it was sent
@@ -410,46 +447,13 @@ class ConsumerCoordinator(OffsetCommits):
                 return
             log.info("group %s: member %s was fenced (%s): its partitions are lost",
                      self.group_id, self.member_id, ErrorCode(code).name)  # fmt: skip
-            self.reset_generation()
+            self.reset_generation(reset_member_id=code != ErrorCode.ILLEGAL_GENERATION)
 
-    async def leave_group(self) -> None:
-        if self.generation == NO_GENERATION and self.member_id == UNKNOWN_MEMBER_ID:
-            return
-        member = self.member_id
-        self.reset_generation()
-        self._subscriptions.assign([])
-        try:
-            await self._send(ApiKey.LEAVE_GROUP, {"group_id": self.group_id, "member_id": member})
-        except KafkaError as exc:
-            log.info("group %s: LeaveGroup failed: %s", self.group_id, exc)
+    # -- leaving -----------------------------------------------------------------------------------
 
     def abandon(self) -> None:
-        for task in (self._heartbeat_task, self._auto_commit_task, self._join_task, self._refresh_task):
+        for task in (self._heartbeat_task, self._join_task, self._refresh_task):
             if task is not None:
                 task.cancel()
-
-    async def close(self) -> None:
-        """Commit (with auto commit), leave the group, stop the background tasks; bounded by
-        ``request_timeout_ms`` when the coordinator cannot be reached."""
-        try:
-            await asyncio.wait_for(self._close(), self.config.request_timeout_ms / 1000)
-        except TimeoutError:
-            log.warning(
-                "group %s: closing timed out; the coordinator expels this member later", self.group_id
-            )
-
-    async def _close(self) -> None:
-        tasks = [
-            t
-            for t in (self._heartbeat_task, self._auto_commit_task, self._join_task, self._refresh_task)
-            if t is not None
-        ]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self.generation != NO_GENERATION and not self.need_rejoin and self.config.enable_auto_commit:
-            try:
-                await self.commit()
-            except KafkaError as exc:
-                log.warning("group %s: commit on close failed: %s", self.group_id, exc)
-        await self.leave_group()
+        if self.auto_commit is not None:
+            self.auto_commit.abandon()

@@ -1,12 +1,12 @@
-"""The member's background work (Kafka's AbstractCoordinator.HeartbeatThread and the consumer's
-auto commit; docs/design.md "Consumer groups"): a Heartbeat every ``heartbeat_interval_ms`` while
-the member holds a generation (leaving the group when ``poll`` was not called for
-``max_poll_interval_ms``, as Kafka's heartbeat thread does), and a commit of the positions every
-``auto_commit_interval_ms`` with ``enable_auto_commit``. Each heartbeat's answer is handled
-against the generation it was sent with, so a fenced answer about a generation the member has
-already left resets nothing (Kafka's generationUnchanged()); auto commit runs only under a held
-generation, and a commit of a member fenced meanwhile is refused, never sent as a standalone
-consumer's (:mod:`client.consumer.offset_commits`).
+"""The member's heartbeat (Kafka's AbstractCoordinator.HeartbeatThread; docs/design.md
+"Consumer groups"): a Heartbeat every ``heartbeat_interval_ms`` while the member holds a
+generation. When ``poll`` was not called for ``max_poll_interval_ms`` it leaves the group as
+Kafka's thread does (maybeLeaveGroup: LeaveGroup, then resetGenerationOnLeaveGroup), keeping the
+assignment: the next ``poll``'s onJoinPrepare sees no generation and reports the partitions lost
+before giving them up. Each heartbeat's answer is handled against the generation it was sent
+with, so a fenced answer about a generation the member has already left resets nothing (Kafka's
+generationUnchanged()). Auto commit is no background task: ``poll`` drives it
+(:mod:`client.consumer.auto_commit`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ class Member(Protocol):
 
     def _on_heartbeat(self, code: int, sent: tuple[int, str]) -> None: ...
 
-    async def leave_group(self) -> None: ...
-
-    async def commit(self) -> None: ...
+    async def maybe_leave_group(self, reason: str) -> None: ...
 
 
 async def heartbeat_loop(member: Member) -> None:
@@ -54,7 +52,7 @@ async def heartbeat_loop(member: Member) -> None:
                 "group %s: poll not called for max_poll_interval_ms=%d: leaving the group",
                 member.group_id, member.config.max_poll_interval_ms,
             )  # fmt: skip
-            await member.leave_group()
+            await member.maybe_leave_group("consumer poll timeout has expired")
             continue
         sent = (member.generation, member.member_id)
         try:
@@ -71,14 +69,3 @@ async def heartbeat_loop(member: Member) -> None:
 
 def _poll_overdue(member: Member) -> bool:
     return asyncio.get_running_loop().time() - member.last_poll > member.config.max_poll_interval_ms / 1000
-
-
-async def auto_commit_loop(member: Member) -> None:
-    while True:
-        await asyncio.sleep(member.config.auto_commit_interval_ms / 1000)
-        if member.need_rejoin or member.generation == NO_GENERATION:
-            continue
-        try:
-            await member.commit()
-        except KafkaError as exc:
-            log.warning("group %s: auto commit failed: %s", member.group_id, exc)

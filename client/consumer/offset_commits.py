@@ -9,7 +9,9 @@ either case. It must not fall back to generation -1 and no member id: that is ho
 that assigns its own partitions commits, which an Empty group accepts, so a fenced member's
 stale offset would replace the one the partition's next owner committed. A fenced answer to a
 commit resets the generation only when it is about the generation the commit was sent under
-(Kafka's generationUnchanged()): the member may have joined a newer one meanwhile. OffsetFetch
+(Kafka's generationUnchanged()): the member may have joined a newer one meanwhile; after
+ILLEGAL_GENERATION the member id is kept (Kafka's resetStateOnResponseError(OFFSET_COMMIT, error,
+error != ILLEGAL_GENERATION)). OffsetFetch
 reads the offsets the group committed. A mixin of
 :class:`client.consumer.group_coordinator.ConsumerCoordinator`.
 """
@@ -70,7 +72,7 @@ class OffsetCommits:
     _subscriptions: SubscriptionState
     _send: Callable[..., Awaitable[dict]]  # a request to the coordinator (ConsumerCoordinator._send)
     mark_coordinator_unknown: Callable[[str], None]
-    reset_generation: Callable[[], None]
+    reset_generation: Callable[[bool], None]  # (reset_member_id)
 
     def generation_if_stable(self) -> tuple[int, str] | None:
         """Kafka's generationIfStable: (generation, member id) once SyncGroup was answered."""
@@ -140,8 +142,8 @@ class OffsetCommits:
             if code == ErrorCode.FENCED_INSTANCE_ID:  # KIP-345: another instance took the id
                 self.need_rejoin = True
                 raise KafkaError(code, f"committing {where} for group {self.group_id}")
-            if self.subscribed:
-                self.reset_generation()
+            if self.subscribed:  # Kafka keeps the member id on ILLEGAL_GENERATION
+                self.reset_generation(code != ErrorCode.ILLEGAL_GENERATION)
             raise CommitFailedError(code)
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.need_rejoin = True
