@@ -329,7 +329,9 @@ def test_a_deleted_topics_offsets_leave_the_group_and_a_recreated_topic_is_read_
 
     async def forgotten() -> bool:
         async with AdminClient(cluster.bootstrap_servers) as admin:
-            return "gt-gone" not in await admin.list_topics() and not await admin.list_consumer_group_offsets("gx")
+            return "gt-gone" not in await admin.list_topics() and not await admin.list_consumer_group_offsets(
+                "gx"
+            )
 
     asyncio.run(eventually(forgotten, "gt-gone deleted and its offsets gone from gx", 60))
     asyncio.run(create_topic(cluster, "gt-gone", 1, 3))

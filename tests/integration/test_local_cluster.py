@@ -179,7 +179,9 @@ def test_cluster_up_three_brokers(cluster_dir: Path) -> None:
     invoke("cluster", "start", str(victim), "--data-dir", str(cluster_dir), "--timeout", "60")
     with zk_session(zk_port) as client:
         stat = client.exists(f"/brokers/ids/{victim}")
-    assert stat is not None and stat.ephemeralOwner != old_owner, "start returned on the dead process's registration"
+    assert stat is not None and stat.ephemeralOwner != old_owner, (
+        "start returned on the dead process's registration"
+    )
 
     # down: every process gone, data kept, state says stopped
     pids = [b["pid"] for b in cli_status(cluster_dir)["brokers"]] + [status["zookeeper"]["pid"]]

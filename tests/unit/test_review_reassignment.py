@@ -56,7 +56,6 @@ async def test_a_reordering_completes_although_a_replica_is_out_of_the_isr(zk: Z
         await controller.shutdown()
 
 
-
 def _leader_and_isr_entries(calls, broker: int) -> list[dict]:  # type: ignore[no-untyped-def]
     from client.protocol.api import ApiKey
 
@@ -135,7 +134,9 @@ async def test_create_partitions_of_another_topic_is_not_refused_during_a_move(z
         try:
             added = await add_partitions(zk, "u", 2, random.Random(0))
         except KafkaError as exc:
-            raise AssertionError(f"CreatePartitions of u refused while t-0 moves: {exc.code!r} {exc}") from None
+            raise AssertionError(
+                f"CreatePartitions of u refused while t-0 moves: {exc.code!r} {exc}"
+            ) from None
         assert 1 in added
     finally:
         await controller.shutdown()
