@@ -55,9 +55,12 @@ async def test_topics_get_placement_epoch_zero_and_full_isr(cluster, zk):
 
     # SPEC 3: exactly these JSON shapes
     assignment = json.loads(zk.get("/brokers/topics/three")[0])
-    assert assignment == {
-        "version": 1,
+    assert assignment == {  # Kafka's TopicZNode v3: KIP-455's moves (none) and KIP-516's id
+        "version": 3,
         "partitions": {str(p.partition): p.replicas for p in three.partitions},
+        "adding_replicas": {},
+        "removing_replicas": {},
+        "topic_id": three.topic_id,
     }
     for p in three.partitions:
         data, stat = zk.get(f"/brokers/topics/three/partitions/{p.partition}/state")
