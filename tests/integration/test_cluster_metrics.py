@@ -94,7 +94,9 @@ def test_metrics_base_port_and_the_users_metrics_port_are_respected(tmp_path: Pa
     assert chosen.metrics_addresses() == {i: f"http://127.0.0.1:{base + 2 + i}/metrics" for i in (1, 2, 3)}
     for i in (1, 2, 3):
         assert f"metrics.port={base + 2 + i}" in Path(chosen.state.brokers[i].config).read_text().splitlines()
-    with pytest.raises(ClusterError, match="metrics ports .* collide with the ZooKeeper, broker or KAFKA listener ports"):
+    with pytest.raises(
+        ClusterError, match="metrics ports .* collide with the ZooKeeper, broker or KAFKA listener ports"
+    ):
         LocalCluster(tmp_path / "clash").up(3, **ports, metrics_base_port=base + 1)
 
     # the user's metrics.port: -1 is off, 0 is the broker's pick; one fixed port for three brokers is refused
