@@ -62,7 +62,6 @@ def partition_state(
 def reassignment_fields(
     context: ControllerContext,
     tp: TopicPartition,
-    state: LeaderIsrAndControllerEpoch,
     replicas: Sequence[int],
 ) -> dict:
     """KIP-455's adding and removing replicas of a partition being reassigned, as the topic
@@ -86,7 +85,7 @@ def leader_and_isr_body(
             {
                 **partition_state(context, tp, e.state, e.replicas),
                 "is_new": e.is_new,
-                **reassignment_fields(context, tp, e.state, e.replicas),
+                **reassignment_fields(context, tp, e.replicas),
             }
             for tp, e in sorted(entries.items())
         ],

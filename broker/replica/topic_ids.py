@@ -28,9 +28,8 @@ a resent FULL request cannot judge by a list older than what the broker applied 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,32 +86,17 @@ class StrayReplica:
 def find_stray_replicas(
     hosted_topics: Iterable[dict],
     partition_states: Iterable[dict],
-    log_topic_ids: Mapping[TopicPartition, str | None],
+    logs: Iterable[TopicPartition],
 ) -> list[StrayReplica]:
-    """The strays among the logs of ``log_topic_ids`` (partition -> its partition.metadata id,
-    None without one): those a FULL LeaderAndIsr's ``hosted_topics`` and ``partition_states`` do
-    not assign here (an id that differs is the per-partition check's, never a deletion). Pure: the
-    caller reads the files and deletes."""
+    """The strays among ``logs``: those a FULL LeaderAndIsr's ``hosted_topics`` and
+    ``partition_states`` do not assign here (an id that differs is the per-partition check's,
+    never a deletion, so no log's partition.metadata is read). Pure: the caller deletes."""
     assigned: set[TopicPartition] = set()
     for topic in hosted_topics:
         assigned.update((topic["topic"], p) for p in topic["partitions"])
     for state in partition_states:
         assigned.add((state["topic"], state["partition"]))
-    return [
-        StrayReplica(tp, "not assigned to this broker") for tp in sorted(log_topic_ids) if tp not in assigned
-    ]
-
-
-def _log_topic_ids(rm: ReplicaState) -> dict[TopicPartition, str | None]:
-    """Every online log's topic id (blocking: a file read per log not read before). A log whose
-    file cannot be read has failed its dir meanwhile and is left out."""
-    ids: dict[TopicPartition, str | None] = {}
-    for tp in rm.log_manager.all_logs():
-        try:
-            ids[tp] = rm.log_manager.topic_ids.get(*tp)
-        except KafkaStorageError:
-            log.error("cannot read the topic id of %s-%s; its dir is offline", *tp)
-    return ids
+    return [StrayReplica(tp, "not assigned to this broker") for tp in sorted(logs) if tp not in assigned]
 
 
 async def delete_stray_replicas(rm: ReplicaState, body: dict) -> list[StrayReplica]:
@@ -120,9 +104,7 @@ async def delete_stray_replicas(rm: ReplicaState, body: dict) -> list[StrayRepli
     ``updateStrayLogs``: stop the partition, forget it, delete its log), each logged and written
     to the state-change log. Runs under the handler's state-change lock, before the request's
     partitions are applied, so a re-created topic's partition is then created afresh."""
-    loop = asyncio.get_running_loop()
-    log_ids = await loop.run_in_executor(None, _log_topic_ids, rm)
-    strays = find_stray_replicas(body["hosted_topics"], body["partition_states"], log_ids)
+    strays = find_stray_replicas(body["hosted_topics"], body["partition_states"], rm.log_manager.all_logs())
     deleted_in: set[Path] = set()
     pause = CooperativeYield(rm.time_ms)  # thousands of strays: never one long step
     try:
