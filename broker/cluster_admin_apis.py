@@ -30,6 +30,7 @@ from typing import Protocol
 
 from broker.config import BrokerConfig
 from broker.incremental_alter_configs import incremental_alter_configs
+from broker.log.disk_space import Statvfs
 from broker.metadata_cache import MetadataCache
 from broker.network import Request
 from broker.replica.replica_manager import ReplicaManager
@@ -54,7 +55,7 @@ class HostedLog(Protocol):
     def size_in_bytes(self) -> int: ...
 
 
-def _space(statvfs: Callable[[str], os.statvfs_result], path: str) -> tuple[int, int]:
+def _space(statvfs: Statvfs, path: str) -> tuple[int, int]:
     """(total, usable) bytes of the file system holding ``path`` (Kafka's FileStore totals)."""
     stat = statvfs(path)
     return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
@@ -65,7 +66,7 @@ def describe_log_dirs(
     is_offline: Callable[[Path], bool],
     logs: Mapping[tuple[str, int], HostedLog],
     wanted: Collection[tuple[str, int]] | None,
-    statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+    statvfs: Statvfs = os.statvfs,
 ) -> list[dict]:
     """DescribeLogDirs' ``results`` for these dirs and the logs in them; ``wanted`` None: all."""
     results = []
@@ -113,14 +114,15 @@ class ClusterAdminApis:
         metadata_cache: MetadataCache,
         replica_manager: ReplicaManager,
         cluster_id: Callable[[], str | None],
-        statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+        statvfs: Statvfs | None = None,
     ) -> None:
         self.config = config
         self.zk = zk
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager  # its log manager is read at each request
         self.cluster_id = cluster_id
-        self.statvfs = statvfs
+        #: None: the replica manager's (the broker's injected one, ServerRuntime.statvfs)
+        self.statvfs = statvfs or replica_manager.disk_space.statvfs
 
     def handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[None]]]:
         return {

@@ -105,7 +105,7 @@ class GroupApis:
         self.zk = zk
         self.rng = rng
         self.max_record_bytes = max_record_bytes
-        self._loads: set[asyncio.Task] = set()
+        self._loads: dict[asyncio.Task, None] = {}  # insertion-ordered: cancelled in start order
 
     def handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[None]]]:
         return {
@@ -154,8 +154,8 @@ class GroupApis:
             manager.load(partition, epoch, self.coordinator.on_groups_loaded),
             name=f"load-groups-{GROUP_METADATA_TOPIC}-{partition}",
         )
-        self._loads.add(task)
-        task.add_done_callback(self._loads.discard)
+        self._loads[task] = None
+        task.add_done_callback(lambda done: self._loads.pop(done, None))
 
     def resign(self, partition: int, epoch: int = -1) -> None:
         self.coordinator.on_groups_unloaded(self.coordinator.manager.unload(partition, epoch))

@@ -15,7 +15,6 @@ import inspect
 import logging
 import os
 import random
-import resource
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
@@ -147,7 +146,7 @@ class BrokerServer:
             lambda d, _msg: loop.call_soon_threadsafe(self._on_log_dir_failure, d)
         )
         self.file_budget = current_budget(
-            resource, cfg["log.segment.open.files.max"], cfg["max.broker.partitions"]
+            self.runtime.resource, cfg["log.segment.open.files.max"], cfg["max.broker.partitions"]
         )
         self.log_manager = LogManager(
             cfg.log_dirs,
@@ -157,6 +156,8 @@ class BrokerServer:
             schedule_once=self.runtime.schedule_once,
             segment_files_max=self.file_budget.segment_files,
             recovery_threads=cfg["num.recovery.threads.per.data.dir"],
+            executor_factory=self.runtime.executor_factory,
+            rng=self.rng,
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
         if self.log_dir_failures.resource_errors:  # EMFILE loading the logs: not a disk failure
@@ -188,6 +189,7 @@ class BrokerServer:
             self._topic_config,
             isr_store=ZkIsrStore(self.zk),
             fetcher_manager=self._fetcher_manager_factory(),
+            statvfs=self.runtime.statvfs,
         )
         self.controller = KafkaController(
             self.broker_id,

@@ -4,11 +4,16 @@ simulator's in-memory ones when it runs the broker. :mod:`broker.server` re-expo
 
 from __future__ import annotations
 
+import os
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.file_budget import ResourceModule
+from broker.log.disk_space import Statvfs
+from broker.log.executor import ExecutorFactory, thread_pool
 from broker.log.log import ScheduleOnce
 from broker.network.acceptor import Acceptor
 from broker.network.socket_server import AcceptorFactory
@@ -37,3 +42,12 @@ class ServerRuntime:
     #: runs each roll's "flush-log" job (None: the log manager's own flusher thread; the
     #: simulator runs it as a callback on its loop, since a real thread would race it)
     schedule_once: ScheduleOnce | None = None
+    #: the log layer's thread pools (recovery, log creation, leader-epoch writers:
+    #: broker/log/executor.py); the simulator's runs every job inline, in submission order
+    executor_factory: ExecutorFactory = thread_pool
+    #: measures the log dirs' free space (``log.dir.min.free.bytes``, DescribeLogDirs); the
+    #: simulator's answers from its disk model, never the host's
+    statvfs: Statvfs = os.statvfs
+    #: the open-file limit the file budget is computed from (broker/file_budget.py); the
+    #: simulator's is fixed, not the host's ``ulimit -n``
+    resource: ResourceModule = resource  # type: ignore[assignment]

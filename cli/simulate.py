@@ -7,16 +7,29 @@ ends included), ``--jobs`` processes at a time, printing each failure with the c
 replays it and a summary line. The exit code is 1 when a schedule failed. The brokers' own log
 lines are shown only with ``floodmark --debug simulate``. Like the other
 commands it imports the simulator inside the function, so ``floodmark --help`` stays light.
+
+The replay tools (sim/trace_diff.py): ``--dump-trace FILE`` writes every callback the schedule
+runs, one line each; ``--diff-against FILE`` runs the schedule again and prints where its trace
+parts from that dump (exit code 1 if it does); ``--check-replay`` runs the seeds in two fresh
+interpreters under ``PYTHONHASHSEED`` 0 and 1 (the second with its heap shifted, so that object
+addresses differ too), compares their trace hashes and prints where the first differing seed's
+runs part (exit code 1 if any differs).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cli.common import CliError
+
+if TYPE_CHECKING:
+    from sim.sweep import ScheduleConfig
 
 
 def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
@@ -63,6 +76,21 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
 )
 @click.option("--jobs", type=int, default=1, show_default=True, help="Processes running schedules at once.")
 @click.option("--verbose", is_flag=True, help="Print every schedule's summary, not only failures.")
+@click.option(
+    "--dump-trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --seed: write every callback run to this file, one line each.",
+)
+@click.option(
+    "--diff-against",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --seed: run it and print where its trace parts from this dump (--dump-trace).",
+)
+@click.option(
+    "--check-replay",
+    is_flag=True,
+    help="Run the seeds in two processes under PYTHONHASHSEED 0 and 1 and compare the trace hashes.",
+)
 def simulate(
     seed: int | None,
     seeds: str | None,
@@ -74,9 +102,16 @@ def simulate(
     consumers: int,
     jobs: int,
     verbose: bool,
+    dump_trace: Path | None,
+    diff_against: Path | None,
+    check_replay: bool,
 ) -> None:
     """Run seeded schedules of a simulated cluster; a failure prints the command replaying it."""
     chosen = parse_seeds(seed, seeds)
+    if (dump_trace is not None or diff_against is not None) and seed is None:
+        raise CliError("--dump-trace and --diff-against take one schedule: give --seed N")
+    if check_replay and (dump_trace is not None or diff_against is not None):
+        raise CliError("--check-replay runs its own processes: give it without --dump-trace/--diff-against")
     if steps is not None and duration is not None:
         raise CliError("give at most one of --steps and --duration")
     if (steps is not None and steps < 1) or (duration is not None and duration <= 0):
@@ -109,6 +144,12 @@ def simulate(
         invariants=checked,
         group=GroupWorkloadConfig(members=consumers),
     )
+    if check_replay:
+        _check_replay(chosen, config)
+        return
+    if dump_trace is not None or diff_against is not None:
+        _one_traced(chosen[0], config, dump_trace, diff_against)
+        return
     single = len(chosen) == 1
     quiet = not click.get_current_context().find_root().params.get("debug")
     previous = logging.root.manager.disable
@@ -129,3 +170,39 @@ def simulate(
         click.echo(report.summary())
     if report.failed:
         raise click.exceptions.Exit(1)
+
+
+def _check_replay(seeds: list[int], config: ScheduleConfig) -> None:
+    from sim.trace_diff import replay_check
+
+    check = replay_check(seeds, config)
+    click.echo(check.report())
+    if check.differing:
+        raise click.exceptions.Exit(1)
+
+
+def _one_traced(seed: int, config: ScheduleConfig, dump: Path | None, against: Path | None) -> None:
+    """One schedule with its trace dumped (to ``dump``, or a temp file), compared with ``against``."""
+    from sim.sweep import run_schedule
+    from sim.trace_diff import diff_files
+
+    with tempfile.TemporaryDirectory(prefix="sim-trace-") as tmp:
+        path = dump if dump is not None else Path(tmp) / f"{seed}.trace"
+        previous = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+        try:
+            with path.open("w") as out:
+                result = run_schedule(seed, config, trace_dump=out)
+        finally:
+            logging.disable(previous)
+        click.echo(result.report())
+        if dump is not None:
+            click.echo(f"trace of seed {seed} written to {dump}")
+        if against is None:
+            return
+        found = diff_files(against, path)
+    if found is None:
+        click.echo(f"the trace is the same as {against}'s")
+        return
+    click.echo(found.report(str(against), "this run"))
+    raise click.exceptions.Exit(1)

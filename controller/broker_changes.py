@@ -89,7 +89,7 @@ async def on_broker_startup(ctl: ControllerParts, new_ids: list[int]) -> None:
     # 4. reassignments moving onto these brokers go on
     await reassignment.resume_reassignments_for_brokers(ctl, new_ids)
     # topic deletions waiting for these brokers may go on
-    for topic in list(ctx.topics_ineligible_for_deletion):
+    for topic in sorted(ctx.topics_ineligible_for_deletion):  # name order, never str-hash order
         if any(r.replica in new_ids for r in ctx.replicas_for_partitions(ctx.partitions_for_topic(topic))):
             ctx.topics_ineligible_for_deletion.discard(topic)
             deleting = ctl.replica_state_machine.replicas_in_state(topic, ReplicaState.DELETION_INELIGIBLE)

@@ -186,7 +186,7 @@ class ControllerChannelManager:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._senders: dict[int, _BrokerSender] = {}
-        self._stopping: set[asyncio.Task] = set()
+        self._stopping: dict[asyncio.Task, None] = {}  # insertion-ordered: awaited in start order
 
     @property
     def broker_ids(self) -> set[int]:
@@ -214,8 +214,8 @@ class ControllerChannelManager:
         sender = self._senders.pop(broker_id, None)
         if sender is not None:
             task = asyncio.get_running_loop().create_task(sender.stop())
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+            self._stopping[task] = None
+            task.add_done_callback(lambda done: self._stopping.pop(done, None))
 
     def send(
         self, broker_id: int, api_key: ApiKey, body: dict, callback: ResponseCallback | None = None

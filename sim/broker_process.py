@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
 from broker.server import BrokerServer, ServerRuntime
+from sim.acceptor import SimAcceptor
 from sim.clock import SimClock
-from sim.network import SimAcceptor, SimNetwork
+from sim.isolation import InlineExecutor
+from sim.network import SimNetwork
 from sim.trace import task_of
 from sim.zk_client import SimKazooClient, client_factory
 
@@ -57,6 +59,27 @@ if TYPE_CHECKING:
     from sim.zookeeper import ZooKeeperServer
 
 log = logging.getLogger(__name__)
+
+
+class _OpenFileLimits:
+    """The ``resource`` module as a simulated broker sees it: a fixed open-file limit, so its
+    file budget (broker/file_budget.py) is the same on every host, whatever ``ulimit -n`` says."""
+
+    RLIMIT_NOFILE = 7  # Linux's number; only passed back to getrlimit
+    RLIM_INFINITY = -1
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def getrlimit(self, resource: int, /) -> tuple[int, int]:
+        return self.limit, self.limit
+
+    def setrlimit(self, resource: int, limits: tuple[int, int], /) -> None:
+        raise ValueError("the simulated broker's open-file limit is fixed")
+
+
+#: Every simulated broker's open-file limit.
+SIM_OPEN_FILES = _OpenFileLimits(4096)
 
 
 class ProcessCrashed(RuntimeError):
@@ -184,6 +207,10 @@ class BrokerProcess:
             monotonic=self.loop.time,
             # a roll's flush job as a callback of this incarnation, not on a real flusher thread
             schedule_once=lambda _name, job: self.loop.call_soon(job),
+            # recovery and log creation jobs one after another on the loop's thread, not on threads
+            executor_factory=InlineExecutor,
+            statvfs=self._statvfs,
+            resource=SIM_OPEN_FILES,
         )
         server = BrokerServer(
             BrokerConfig(dict(self.props)),
@@ -210,6 +237,12 @@ class BrokerProcess:
             # out, as Kafka's "Fatal error during KafkaServer startup"): the process is gone
             self.crash()
             raise ProcessCrashed(f"broker {self.broker_id} exited: its start-up failed: {exc!r}") from exc
+
+    def _statvfs(self, path: str) -> Any:
+        """The free space of the broker's log dirs, as its modelled disk reports it."""
+        if self.disk is None:
+            raise OSError(2, "no modelled disk", path)
+        return self.disk.statvfs(path)
 
     def _zk_client(self, *args: Any, **kwargs: Any) -> SimKazooClient:
         self.zk_client = client_factory(self.zookeeper)(*args, **kwargs)

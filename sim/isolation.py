@@ -11,6 +11,13 @@ or real time (docs/design.md "Simulation").
   the other ready callbacks run before the function and before the caller resumes. What cannot be
   simulated is the function running *while* other callbacks run (a thread interleaving in the
   middle of it): the function is atomic here.
+* Threads: while the loop runs, a thread started from its thread (``threading.Thread.start``,
+  so also a ``concurrent.futures.ThreadPoolExecutor``'s first ``submit``) is refused. A thread
+  would run its work concurrently with the loop, in an order real timing picks (which log a
+  recovery thread opens first, which call meets an injected disk error, which file descriptor a
+  log gets): code under test that needs a pool takes an executor factory, and the simulator
+  gives it :class:`InlineExecutor` (its work runs on the spot, on the loop's thread, in
+  submission order).
 * Real sockets, name resolution, pipes, subprocesses, signal handlers, reader and writer
   callbacks: refused with :class:`sim.errors.RealWorldRefused` (the simulated network stands in
   for TCP). The refusal is also recorded on the loop, which stops after the current callback, so
@@ -20,7 +27,9 @@ or real time (docs/design.md "Simulation").
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +39,10 @@ _SOCKETS = "real sockets are not simulated: use the simulated network"
 _PROCESSES = "a subprocess runs outside the simulation's thread and virtual time"
 _SIGNALS = "signals come from outside the simulated process"
 _FDS = "file-descriptor readiness is real I/O: use the simulated network"
+_THREADS = (
+    "a thread runs beside the loop in an order real timing picks: give the code under test an "
+    "executor factory and the simulator's InlineExecutor (sim/isolation.py)"
+)
 
 #: Coroutine methods of asyncio's loop refused under simulation, and why.
 REFUSED_COROUTINES = {
@@ -94,6 +107,64 @@ class Isolation:
 
     def set_default_executor(self, executor: Any) -> None:
         raise self._refuse("set_default_executor()", "executor work runs inline, on the loop's thread")
+
+    def run_forever(self) -> None:
+        """asyncio's, with threads refused on this thread while it runs (see the module doc)."""
+        _guard_threads(self)
+        try:
+            super().run_forever()  # type: ignore[misc]
+        finally:
+            _unguard_threads()
+
+
+class InlineExecutor(concurrent.futures.Executor):
+    """A ``concurrent.futures.Executor`` that runs each job on the spot, on the caller's thread,
+    in submission order: the simulator's stand-in for the broker's thread pools (log recovery,
+    log creation), whose jobs it makes a deterministic sequence. ``map`` and ``with`` are the
+    base class's."""
+
+    def __init__(self, max_workers: int | None = None, thread_name_prefix: str = "") -> None:
+        self.thread_name_prefix = thread_name_prefix
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, as a pool does
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._shutdown = True
+
+
+#: The simulation loop running on each thread (by thread id), while it runs.
+_RUNNING: dict[int, Isolation] = {}
+_REAL_THREAD_START = threading.Thread.start
+
+
+def _guarded_start(thread: threading.Thread) -> None:
+    loop = _RUNNING.get(threading.get_ident())
+    if loop is not None:
+        raise loop._refuse(f"starting thread {thread.name!r}", _THREADS)
+    _REAL_THREAD_START(thread)
+
+
+def _guard_threads(loop: Isolation) -> None:
+    _RUNNING[threading.get_ident()] = loop
+    threading.Thread.start = _guarded_start  # type: ignore[method-assign]
+
+
+def _unguard_threads() -> None:
+    _RUNNING.pop(threading.get_ident(), None)
+    if not _RUNNING:
+        threading.Thread.start = _REAL_THREAD_START  # type: ignore[method-assign]
 
 
 def _executor_call(future: asyncio.Future, func: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import heapq
 import itertools
 import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from sim.errors import Deadlock, SimulationError
 from sim.isolation import Isolation
@@ -81,6 +82,7 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
         limits: Limits | None = None,
         trace_keep: int = 64,
         start_s: float = DEFAULT_START_S,
+        trace_dump: IO[str] | None = None,
     ) -> None:
         super().__init__()
         self.seeds = SeedSource(seed)
@@ -90,7 +92,7 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
         self._timers: list[tuple[int, int, _TimerHandle]] = []  # (due ns, sequence, handle)
         self._timer_sequence = itertools.count()
         self._cancelled_timers = 0
-        self.trace = Trace(trace_keep)
+        self.trace = Trace(trace_keep, trace_dump)
         self.watchdog = ProgressWatchdog(limits or Limits())
         self._pending_failure: SimulationError | None = None
         self._running_owner: asyncio.Task | None = None  # whose step, or whose callback chain, runs
@@ -268,11 +270,15 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
         self._running_owner = handle.sim_owner
         self._running_origin = self._callbacks
         self.trace.record(time_us, describe(handle._callback))
+        dumping = self.trace.dump is not None
+        arguments = _arguments(handle) if dumping else ""
         try:
             handle._run()
         finally:
             self._running_owner = None
             self._running_origin = 0
+            if dumping:
+                self.trace.detail(_what_it_did(handle, arguments))
         failure = self._pending_failure
         if failure is not None:
             self._pending_failure = None
@@ -302,3 +308,30 @@ class SimEventLoop(Isolation, asyncio.BaseEventLoop):
             max_callbacks_at_one_instant=max(self.watchdog.max_at_instant, self.watchdog.at_instant),
             tasks_created=self._tasks_created,
         )
+
+
+def _arguments(handle: Any) -> str:
+    """For a trace dump: a plain callback's arguments as they were when it ran (a delivery's
+    connection and queue, an executor job's function), never a repr that could hold an address."""
+    callback, args = handle._callback, tuple(handle._args or ())
+    while isinstance(callback, functools.partial):
+        args = (*callback.args, *args)
+        callback = callback.func
+    return ", ".join(_argument(arg) for arg in args)
+
+
+def _argument(arg: Any) -> str:
+    if hasattr(arg, "trace_detail"):
+        return str(arg.trace_detail())
+    if callable(arg) and isinstance(getattr(arg, "__qualname__", None), str):
+        return str(arg.__qualname__)
+    return type(arg).__qualname__
+
+
+def _what_it_did(handle: Any, arguments: str) -> str:
+    """For a trace dump: where a task's step left it (the line it now waits at), or what a plain
+    callback was called with."""
+    task = task_of(handle._callback)
+    if task is not None:
+        return "done" if task.done() else f"waits at {awaiting_at(task)}"
+    return arguments

@@ -6,7 +6,7 @@ Both ends of a connection run the real protocol code: the client side is a real
 the server side the real broker pipeline (:class:`broker.network.processor.Connection`, Kafka's
 ``SocketServer.Processor``: frame receive, memory pool, muting, validation, then the
 RequestChannel, the request handlers and ``KafkaApis``). Only what lies below them is simulated:
-:class:`SimTransport` (an ``asyncio.Transport``) carries bytes, and :class:`SimAcceptor` stands in
+:class:`SimTransport` (an ``asyncio.Transport``) carries bytes, and :class:`sim.acceptor.SimAcceptor` stands in
 for the broker's listening socket (Kafka's ``Acceptor``): it admits each connection through the
 real connection quotas and hands it to a real processor, round-robin.
 
@@ -47,9 +47,9 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from client.connection import BrokerConnection, ConnectionClosed
 from client.protocol import framing
@@ -61,6 +61,15 @@ SYN_RETRY_S = 1.0
 _DATA, _EOF = 0, 1
 
 
+class Listener(Protocol):
+    """What the network needs of a listening socket (:class:`sim.acceptor.SimAcceptor`)."""
+
+    host: str
+    port: int
+
+    def accept(self, connection: SimConnection, server: ConnectionEnd) -> None: ...
+
+
 @dataclass(frozen=True)
 class NetworkConfig:
     """The network's random parameters (seconds, probabilities)."""
@@ -70,7 +79,7 @@ class NetworkConfig:
     break_rate: float = 0.0  # probability that a write breaks its connection instead
 
 
-class _End:
+class ConnectionEnd:
     """One side of a connection: its node, its protocol and the context its callbacks run in."""
 
     def __init__(self, node: str, context: contextvars.Context, address: tuple[str, int]) -> None:
@@ -87,7 +96,7 @@ class _End:
 class _Pipe:
     """One direction of a connection: what ``source`` wrote that ``target`` has not read yet."""
 
-    def __init__(self, connection: SimConnection, source: _End, target: _End) -> None:
+    def __init__(self, connection: SimConnection, source: ConnectionEnd, target: ConnectionEnd) -> None:
         self.connection = connection
         self.source, self.target = source, target
         self.queue: deque[tuple[float, int, Any]] = deque()  # (due, kind, payload)
@@ -95,11 +104,18 @@ class _Pipe:
         self.timer: asyncio.TimerHandle | None = None
         self.held_until = 0.0  # a stall (:meth:`SimNetwork.stall`): nothing delivered before
 
+    def trace_detail(self) -> str:
+        """What a trace dump says of a delivery on this pipe (sim/trace_diff.py)."""
+        sizes = ",".join(str(len(p)) if k == _DATA else "EOF" for _, k, p in self.queue)
+        return f"{self.connection!r} {self.source.node}->{self.target.node} [{sizes}]"
+
 
 class SimConnection:
     """A connection between a client end and a server end, with a pipe each way."""
 
-    def __init__(self, network: SimNetwork, number: int, client: _End, server: _End) -> None:
+    def __init__(
+        self, network: SimNetwork, number: int, client: ConnectionEnd, server: ConnectionEnd
+    ) -> None:
         self.network = network
         self.number = number
         self.client, self.server = client, server
@@ -114,7 +130,7 @@ class SimConnection:
     def open(self) -> bool:
         return not (self.client.closed and self.server.closed)
 
-    def pipe_from(self, end: _End) -> _Pipe:
+    def pipe_from(self, end: ConnectionEnd) -> _Pipe:
         return self.up if end is self.client else self.down
 
     def __repr__(self) -> str:
@@ -124,7 +140,7 @@ class SimConnection:
 class SimTransport(asyncio.Transport):
     """The ``asyncio.Transport`` of one end: writes go through the network to the other end."""
 
-    def __init__(self, connection: SimConnection, end: _End, peer: _End) -> None:
+    def __init__(self, connection: SimConnection, end: ConnectionEnd, peer: ConnectionEnd) -> None:
         super().__init__()
         self._connection, self._end, self._peer = connection, end, peer
 
@@ -188,7 +204,7 @@ class SimNetwork:
         self.rng = rng
         self.config = config or NetworkConfig()
         self._loop = loop
-        self._listeners: dict[tuple[str, int], SimAcceptor] = {}
+        self._listeners: dict[tuple[str, int], Listener] = {}
         self._host_nodes: dict[str, str] = {}
         self._latency: dict[tuple[str, str], float] = {}
         self._cut: set[tuple[str, str]] = set()
@@ -205,14 +221,14 @@ class SimNetwork:
         return self._loop
 
     # -- addressing ------------------------------------------------------------------------------
-    def listen(self, acceptor: SimAcceptor) -> None:
+    def listen(self, acceptor: Listener) -> None:
         address = (acceptor.host, acceptor.port)
         if address in self._listeners:
             raise OSError(98, f"address already in use: {address[0]}:{address[1]}")
         self._listeners[address] = acceptor
         self._host_nodes[acceptor.host] = acceptor.node
 
-    def unlisten(self, acceptor: SimAcceptor) -> None:
+    def unlisten(self, acceptor: Listener) -> None:
         if self._listeners.get((acceptor.host, acceptor.port)) is acceptor:
             del self._listeners[(acceptor.host, acceptor.port)]
 
@@ -285,8 +301,8 @@ class SimNetwork:
         if acceptor is None:
             await asyncio.sleep(self._delay(target, node))  # the RST comes back
             raise ConnectionRefusedError(111, "Connection refused")
-        client = _End(node, contextvars.copy_context(), (node, next(self._ports)))
-        server = _End(target, acceptor.context, (host, port))
+        client = ConnectionEnd(node, contextvars.copy_context(), (node, next(self._ports)))
+        server = ConnectionEnd(target, acceptor.context, (host, port))
         connection = SimConnection(self, next(self._numbers), client, server)
         protocol = BrokerConnection(host, port, client_id, max_frame_bytes)
         client.protocol = protocol
@@ -313,7 +329,7 @@ class SimNetwork:
             base = self._latency[link] = self.rng.uniform(*self.config.latency_s)
         return base + self.rng.uniform(0.0, self.config.jitter_s)
 
-    def send(self, connection: SimConnection, end: _End, data: bytes) -> None:
+    def send(self, connection: SimConnection, end: ConnectionEnd, data: bytes) -> None:
         if self.config.break_rate and self.rng.random() < self.config.break_rate:
             self.break_connection(connection)
             return
@@ -358,12 +374,12 @@ class SimNetwork:
         elif pipe.queue:
             self._arm(pipe)
 
-    def flush_inbox(self, end: _End) -> None:
+    def flush_inbox(self, end: ConnectionEnd) -> None:
         while end.inbox and not end.reading_paused and not end.closed:
             end.protocol.data_received(end.inbox.popleft())  # type: ignore[union-attr]
 
     # -- closing ---------------------------------------------------------------------------------
-    def close_end(self, connection: SimConnection, end: _End, *, reset: bool) -> None:
+    def close_end(self, connection: SimConnection, end: ConnectionEnd, *, reset: bool) -> None:
         """``end`` closes (FIN after what it wrote) or aborts (RST: what it wrote is dropped)."""
         if end.closed:
             return
@@ -377,7 +393,7 @@ class SimNetwork:
         self.loop.call_soon(_connection_lost, end, None, context=end.context)
         self._forget_if_done(connection)
 
-    def _lost(self, connection: SimConnection, end: _End, exc: Exception | None) -> None:
+    def _lost(self, connection: SimConnection, end: ConnectionEnd, exc: Exception | None) -> None:
         if not end.closed:
             end.closed = True
             _connection_lost(end, exc)
@@ -441,58 +457,6 @@ class SimNetwork:
             self.connections.remove(connection)
 
 
-def _connection_lost(end: _End, exc: Exception | None) -> None:
+def _connection_lost(end: ConnectionEnd, exc: Exception | None) -> None:
     if end.protocol is not None:
         end.protocol.connection_lost(exc)
-
-
-class SimAcceptor:
-    """A listener of a simulated broker (Kafka's ``Acceptor``, with the arguments of
-    :class:`broker.network.acceptor.Acceptor`): connections come from :class:`SimNetwork`, are
-    counted by the real connection quotas and handed to the real processors, round-robin."""
-
-    def __init__(
-        self,
-        network: SimNetwork,
-        node: str,
-        host: str,
-        port: int,
-        processors: Sequence[Any],
-        quotas: Any,
-        backlog: int = 1024,
-        listener_name: str = "PLAINTEXT",
-        indexes: Iterator[int] | None = None,
-        **_: Any,
-    ) -> None:
-        if not processors:
-            raise ValueError("an acceptor needs at least one processor")
-        self.network, self.node = network, node
-        self.host, self.port = host, port
-        self.listener_name = listener_name
-        self.quotas = quotas
-        self._next_processor = itertools.cycle(processors)
-        self._indexes = indexes if indexes is not None else itertools.count()
-        self.context = contextvars.copy_context()
-
-    async def start(self) -> int:
-        self.context = contextvars.copy_context()  # the broker's: its connections' callbacks run in it
-        self.network.listen(self)
-        return self.port
-
-    def accept(self, connection: SimConnection, server: _End) -> None:
-        """A connection arrived: admit it (or close it at once, over a quota) and start it."""
-        ip = connection.client.address[0]
-        refused = self.quotas.try_acquire(ip, self.listener_name)
-        if refused is not None:
-            self.network.close_end(connection, server, reset=False)
-            return
-        processor = next(self._next_processor)
-        protocol = processor.new_connection(self.quotas, next(self._indexes), self.listener_name, ip)
-        server.protocol = protocol
-        protocol.connection_made(server.transport)
-
-    def stop_accepting(self) -> None:
-        self.network.unlisten(self)
-
-    async def wait_closed(self) -> None:
-        pass

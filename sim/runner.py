@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 from sim.errors import SimulationError
 from sim.loop import DEFAULT_START_S, Ordering, SimEventLoop
@@ -53,13 +53,22 @@ def run_simulation(
     limits: Limits | None = None,
     trace_keep: int = 64,
     start_s: float = DEFAULT_START_S,
+    trace_dump: IO[str] | None = None,
 ) -> SimulationResult[T]:
     """Run ``main()`` as the first task of a fresh :class:`SimEventLoop` seeded with ``seed``.
 
     The run ends when ``main`` returns (``completed``) or when ``time_limit_s`` virtual seconds
-    have passed (not ``completed``: ``main`` is cancelled with the rest).
+    have passed (not ``completed``: ``main`` is cancelled with the rest). With ``trace_dump``,
+    every callback run is written there, one line each (sim/trace_diff.py).
     """
-    loop = SimEventLoop(seed, ordering=ordering, limits=limits, trace_keep=trace_keep, start_s=start_s)
+    loop = SimEventLoop(
+        seed,
+        ordering=ordering,
+        limits=limits,
+        trace_keep=trace_keep,
+        start_s=start_s,
+        trace_dump=trace_dump,
+    )
     unhandled: list[str] = []
     loop.set_exception_handler(lambda _, context: _record_unhandled(unhandled, loop, context))
     wall_start = time.perf_counter()

@@ -17,9 +17,9 @@ Why not an injected I/O object: the log's I/O is not funnelled through a few fun
 (segment.py and index.py call ``os`` directly, checkpoint.py ``open()``, producer_snapshots.py
 ``Path.write_bytes``, log_manager.py ``shutil.rmtree`` and ``Path.rename``), so an injection would
 change eight product modules; the interposition changes none and holds whatever the log does
-next. Everything runs on the simulation loop's one thread, so the routing is deterministic (a
-lock guards the model against the one thread the code under test may still start: the log
-manager's flusher after a roll). :meth:`SimStorage.uninstall` puts the real functions back; the
+next. Everything runs on the simulation loop's one thread, so the routing is deterministic (the
+loop refuses a thread started under it, and the brokers' log pools run inline: sim/isolation.py;
+the lock is only a guard). :meth:`SimStorage.uninstall` puts the real functions back; the
 world calls it on every exit path, and only one SimStorage may be installed at a time.
 """
 
@@ -64,7 +64,7 @@ class SimStorage:
         #: descriptors of ``open()`` objects (C closes them, not os.close): checked by inode on use
         self._transient: dict[int, tuple[OpenFile, int]] = {}
         self._real: dict[str, Any] = {}
-        self._lock = threading.RLock()  # a thread of the code under test (the log flusher) may call in
+        self._lock = threading.RLock()  # a guard: no thread of the code under test runs under the loop
 
     def add_disk(self, owner: str, roots: list[Path], rng: random.Random) -> Disk:
         """The disk holding ``roots`` (created; what they hold is taken as durable), its faults

@@ -26,6 +26,13 @@ errno; ``error_rate`` fails each modelled call with EIO with that probability, d
 disk's own seeded stream (drawn only when above 0). A faulted call does nothing before it
 raises. After a power loss the disk is off until :meth:`Disk.power_on` (its broker's next
 start): whatever the dead process's cancelled tasks still try to write fails with EIO.
+
+**Free space** (:meth:`Disk.statvfs`, the broker's injected ``statvfs``: the free-space floor of
+``log.dir.min.free.bytes`` and DescribeLogDirs read it): a filesystem of
+:data:`CAPACITY_BYTES` with ``usable_bytes`` usable (half of it unless a test or a fault sets
+it), never the host's own free space, which other processes change while a schedule runs. A
+full disk (:meth:`Disk.fill`) does not change it: its writes fail with ENOSPC, KIP-112's path,
+as a disk filled behind the measurement's back does.
 """
 
 from __future__ import annotations
@@ -42,7 +49,19 @@ from typing import Any, Literal
 log = logging.getLogger(__name__)
 
 Op = Literal["open", "write", "fsync", "metadata"]
+#: The size of every simulated broker's filesystem (:meth:`Disk.statvfs`).
+CAPACITY_BYTES = 64 << 30
+BLOCK_BYTES = 4096
 OPS: tuple[Op, ...] = ("open", "write", "fsync", "metadata")
+
+
+@dataclass(frozen=True)
+class SimStatvfs:
+    """The fields of ``os.statvfs_result`` the broker reads."""
+
+    f_frsize: int
+    f_blocks: int
+    f_bavail: int
 
 
 class File:
@@ -131,6 +150,8 @@ class Disk:
         self.error_rate = 0.0
         #: powered off by a power loss: mutating calls fail until :meth:`power_on`
         self.powered = True
+        #: what :meth:`statvfs` reports usable (the free-space floor's measurement)
+        self.usable_bytes = CAPACITY_BYTES // 2
         #: every fault raised, in order: "<op> <path>: <errno name>"
         self.raised: list[str] = []
 
@@ -164,6 +185,10 @@ class Disk:
 
     def power_on(self) -> None:
         self.powered = True
+
+    def statvfs(self, path: str) -> SimStatvfs:
+        """What ``os.statvfs`` answers for a path of this disk (see the module doc)."""
+        return SimStatvfs(BLOCK_BYTES, CAPACITY_BYTES // BLOCK_BYTES, self.usable_bytes // BLOCK_BYTES)
 
     def _check(self, op: Op, path: str, *, allocates: bool = False, mutates: bool = True) -> None:
         """Raise the fault this call meets, if any, before it does anything."""

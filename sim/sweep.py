@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import IO, Any
 
 from client.types import TopicPartition
 from sim.errors import Livelock, SimulationError, TaskSpinning
@@ -318,8 +318,11 @@ def _unhealthy(world: World, workload: Workload) -> str | None:
     return None
 
 
-def run_schedule(seed: int, config: ScheduleConfig | None = None) -> ScheduleResult:
-    """Run one schedule; never raises for a failure of the code under test (see ``ok``)."""
+def run_schedule(
+    seed: int, config: ScheduleConfig | None = None, trace_dump: IO[str] | None = None
+) -> ScheduleResult:
+    """Run one schedule; never raises for a failure of the code under test (see ``ok``). With
+    ``trace_dump``, every callback the loop runs is written there (sim/trace_diff.py)."""
     config = config or ScheduleConfig()
     run = _Run(config)
     wall = time.perf_counter()
@@ -328,7 +331,12 @@ def run_schedule(seed: int, config: ScheduleConfig | None = None) -> ScheduleRes
     recent: tuple[str, ...] = ()
     try:
         result = run_simulation(
-            run.main, seed, time_limit_s=config.time_limit_s(), limits=Limits(), trace_keep=64
+            run.main,
+            seed,
+            time_limit_s=config.time_limit_s(),
+            limits=Limits(),
+            trace_keep=64,
+            trace_dump=trace_dump,
         )
         completed = result.completed
     except InvariantViolation as violation:

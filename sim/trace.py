@@ -14,7 +14,7 @@ import functools
 import hashlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 _TASK_TYPES: tuple[type, ...] = (asyncio.Task, asyncio.tasks._PyTask)  # type: ignore[attr-defined]
 
@@ -55,17 +55,28 @@ def describe(callback: Callable[..., Any]) -> str:
 
 
 class Trace:
-    """The running hash of every callback run, and the last ``keep`` of them."""
+    """The running hash of every callback run, and the last ``keep`` of them; with a ``dump``,
+    every entry is also written there, one line each (sim/trace_diff.py compares two dumps)."""
 
-    def __init__(self, keep: int = 64) -> None:
+    def __init__(self, keep: int = 64, dump: IO[str] | None = None) -> None:
         self._hash = hashlib.blake2b(digest_size=16)
         self.recent: deque[str] = deque(maxlen=keep)
+        self.dump = dump
+        self.entries = 0
+        self._last = ""
 
     def record(self, time_us: int, description: str) -> None:
         entry = f"{time_us} {description}"
         self._hash.update(entry.encode())
         self._hash.update(b"\n")
         self.recent.append(entry)
+        self.entries += 1
+        self._last = entry
+
+    def detail(self, after: str) -> None:
+        """Write the last entry to the dump, with what it did (not hashed: only for reading)."""
+        if self.dump is not None:
+            self.dump.write(f"{self.entries} {self._last} | {after}\n")
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()

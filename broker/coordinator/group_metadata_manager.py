@@ -243,7 +243,7 @@ class GroupMetadataManager:
         now = self.time_ms()
         groups: dict[str, GroupMetadata] = {}
         removed: set[str] = set()
-        for group_id in set(values) | set(offsets):
+        for group_id in dict.fromkeys([*values, *offsets]):  # log order, never str-hash order
             value = values.get(group_id)
             group = (
                 group_from_value(group_id, read_group_value(value), now) if value else GroupMetadata(group_id)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from broker.log.checkpoint import CorruptCheckpoint, OffsetCheckpointFile, fsync_dir
+from broker.log.executor import ExecutorFactory, thread_pool
 from broker.log.file_cache import SegmentFileCache
 from broker.log.log import Log, LogConfig, parse_topic_partition
 from broker.log.log_dir_failure import LogDirFailureChannel
@@ -72,8 +72,10 @@ def load_dir(
     file_cache: SegmentFileCache,
     threads: int,
     known: Mapping[TopicPartition, Log],
+    executor_factory: ExecutorFactory = thread_pool,
 ) -> list[tuple[TopicPartition, Log]]:
-    """Open every log of ``log_dir``, ``threads`` at a time; the logs in directory order."""
+    """Open every log of ``log_dir``, ``threads`` at a time (on a pool of ``executor_factory``);
+    the logs in directory order."""
     marker = log_dir / CLEAN_SHUTDOWN_FILE
     clean = marker.exists()
     recovery_points = read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
@@ -97,7 +99,7 @@ def load_dir(
         opened.update_high_watermark(high_watermarks.get(tp, 0))
         return opened
 
-    with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+    with executor_factory(threads, "log-recovery") as pool:
         futures = [pool.submit(open_log, tp, path) for tp, path in paths]
     if any(f.exception() is not None for f in futures):
         for future in futures:

@@ -142,7 +142,7 @@ def remove_stray_files(dir: Path) -> list[int]:
     """Delete temporary and orphaned files; return the base offsets of the segments present."""
     bases: set[int] = set()
     index_files: list[Path] = []
-    for path in dir.iterdir():
+    for path in sorted(dir.iterdir()):  # name order: the file system's own order is its own
         if not path.is_file():
             continue
         if path.name.endswith(STRAY_SUFFIXES):

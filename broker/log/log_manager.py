@@ -33,13 +33,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
 
+from broker.log import log_policies
 from broker.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from broker.log.cleaner import LogCleaner
 from broker.log.cleaner_config import CleanerConfig
@@ -51,6 +53,7 @@ from broker.log.dir_loader import (
     RECOVERY_POINT_CHECKPOINT,
     load_dir,
 )
+from broker.log.executor import ExecutorFactory, thread_pool
 from broker.log.file_cache import DEFAULT_SEGMENT_FILES_MAX, SegmentFileCache, SegmentFileStats
 from broker.log.log import Log, LogConfig, ScheduleOnce
 from broker.log.log_dir_failure import KafkaStorageError, LogDirFailureChannel
@@ -72,6 +75,8 @@ class LogManager:
         cleaner_executor: Executor | None = None,
         segment_files_max: int = DEFAULT_SEGMENT_FILES_MAX,
         recovery_threads: int = 1,
+        executor_factory: ExecutorFactory = thread_pool,
+        rng: random.Random | None = None,
     ) -> None:
         """``schedule_once`` runs each roll's "flush-log" job (Kafka's scheduler); by default a
         flusher thread of this manager's own, so the fsyncs stay off the append path. The log
@@ -79,7 +84,9 @@ class LogManager:
         work through ``cleaner_executor`` (None: the event loop's default executor). At most
         ``segment_files_max`` segment files are open at once (more only while pinned).
         ``recovery_threads`` (``num.recovery.threads.per.data.dir``) open each dir's logs at
-        start-up."""
+        start-up. Every thread pool of the manager (recovery, :meth:`create_logs`, the flusher)
+        and of the leader-epoch writers comes from ``executor_factory`` (broker/log/executor.py).
+        ``rng`` draws the uuid that names a deleted log's directory (the broker's seeded one)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -88,6 +95,8 @@ class LogManager:
         self.default_config = default_config
         self._time_ms = time_ms
         self.recovery_threads = max(1, recovery_threads)
+        self.executor_factory = executor_factory
+        self._rng = rng or random.Random()
         self.file_cache = SegmentFileCache(segment_files_max)
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_counts: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)  # logs per dir, kept by _put/_pop
@@ -95,7 +104,7 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()  # taken under a log's lock: never take a log's under it
         self._doomed: list[tuple[int, Path]] = []  # (when, dir) of deleted logs' renamed dirs
         self._schedule_once = schedule_once or self._run_on_flusher
-        self._flusher: ThreadPoolExecutor | None = None
+        self._flusher: Executor | None = None
         self._flusher_lock = threading.Lock()
         self._closing = False
         self.failure_channel = failure_channel or LogDirFailureChannel()
@@ -144,6 +153,7 @@ class LogManager:
                         self.file_cache,
                         self.recovery_threads,
                         self._logs,
+                        self.executor_factory,
                     )
                     for tp, opened in loaded:
                         self._adopt(opened)
@@ -182,7 +192,7 @@ class LogManager:
             if self._closing:
                 return  # shutdown flushes every log itself
             if self._flusher is None:
-                self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+                self._flusher = self.executor_factory(1, "log-flusher")
             self._flusher.submit(job)
 
     # ------------------------------------------------------------------ lookup and placement
@@ -308,7 +318,7 @@ class LogManager:
                 return self._open_new_log(tp, log_dir, config)
             return None
 
-        with ThreadPoolExecutor(threads, thread_name_prefix="log-create") as pool:
+        with self.executor_factory(threads, "log-create") as pool:
             opened = dict(zip(plan, pool.map(open_new, plan), strict=True))
         synced = set()
         for log_dir in sorted({plan[tp][0] for tp, lg in opened.items() if lg is not None}):
@@ -348,7 +358,8 @@ class LogManager:
             removed.close(write_indexes=False)
             self.cleaner.forget(removed)
             log_dir = removed.log_dir
-            doomed = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            name = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+            doomed = log_dir / f"{topic}-{partition}.{name}{DELETE_SUFFIX}"
             with self.failure_channel.io_errors(
                 log_dir, f"Error while deleting log for {topic}-{partition} in dir {log_dir}"
             ):
@@ -420,46 +431,19 @@ class LogManager:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point, [log_dir])
         self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset, [log_dir])
 
-    # ------------------------------------------------------------------ policies
+    # ------------------------------------------------------------------ policies (broker/log/log_policies.py)
 
     def cleanup_logs(self) -> int:
         """Retention on every log; returns the number of segments deleted."""
-        total = 0
-        for lg in self.all_logs().values():
-            if lg.is_offline:
-                continue
-            with contextlib.suppress(KafkaStorageError):  # its dir went offline: the channel has it
-                total += lg.delete_old_segments()
-        return total
+        return log_policies.cleanup_logs(self.all_logs().values())
 
     def remove_expired_producers(self) -> int:
-        """Drop producers idle for ``producer.id.expiration.ms`` from every online log (Kafka's
-        PeriodicProducerExpirationCheck, run every ``producer.id.expiration.check.interval.ms``);
-        returns how many were dropped."""
-        now = self._time_ms()
-        total = 0
-        for lg in self.all_logs().values():
-            if not lg.is_offline:
-                total += lg.remove_expired_producers(now)
-        if total:
-            log.info("expired %d idle producer id(s)", total)
-        return total
+        """PeriodicProducerExpirationCheck over every online log; returns how many were dropped."""
+        return log_policies.remove_expired_producers(self.all_logs().values(), self._time_ms())
 
     def flush_dirty_logs(self) -> None:
-        """Flush logs whose flush.ms has passed since their last flush; also flush segments that
-        were rolled but not yet flushed (each roll schedules that flush, as Kafka's does: this
-        only catches a job that failed), so recovery after a crash re-scans the active segment."""
-        now = self._time_ms()
-        for lg in self.all_logs().values():
-            if lg.is_offline:
-                continue
-            try:
-                if now - lg.last_flush_ms >= lg.config.flush_interval_ms:
-                    lg.flush()
-                elif lg.recovery_point < lg.active_segment.base_offset:
-                    lg.flush_rolled(lg.active_segment.base_offset)
-            except Exception:
-                log.exception("flushing %s failed", lg.dir)
+        """The time-based flush (``flush.ms``) and the catch-up of rolled, unflushed segments."""
+        log_policies.flush_dirty_logs(self.all_logs().values(), self._time_ms())
 
     def shutdown(self) -> None:
         """Flush everything, write the three checkpoints, snapshot each log's producer state,

@@ -144,7 +144,7 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         """Seed 000: complete when a partition errs (leadership moved, epoch fenced), or enough
         bytes are past the fetch offsets (below the HW for consumers, the LEO for followers)."""
-        if self.session is not None and not self.session.dirty <= self.statuses.keys():
+        if self.session is not None and not self.session.dirty.keys() <= self.statuses.keys():
             return self.force_complete()  # a partition of the session was touched: news
         is_follower = self.body["replica_id"] >= 0
         # Kafka's fetchOnlyFromLeader: only a debugging consumer (-2) may wait on a follower

@@ -107,7 +107,9 @@ class FetchSession:
         self.evictable_by_all = False
         self.epoch = next_epoch(INITIAL_EPOCH)  # what the next incremental FETCH must carry
         self.partitions: dict[TopicPartition, CachedPartition] = {}
-        self.dirty: set[TopicPartition] = set()  # to read at the next fetch
+        #: to read at the next fetch; a dict used as an insertion-ordered set, so a fetch reads
+        #: (and answers) its partitions in an order that does not depend on str hashing
+        self.dirty: dict[TopicPartition, None] = {}
         #: the followers' replicas clean in this session (RemoteReplica.clean_in is this session)
         self.clean: dict[TopicPartition, RemoteReplica] = {}
         self.last_fetch_ms = now_ms  # RemoteReplica.settle_session reads it
@@ -273,7 +275,7 @@ class FetchSessionCache:
         for tp in forgotten:
             if session.partitions.pop(tp, None) is not None:
                 session.settle(tp)
-                session.dirty.discard(tp)
+                session.dirty.pop(tp, None)
                 self._release(session, tp)
         for tp, fetch in requested.items():
             cached = session.partitions.get(tp)
@@ -285,7 +287,7 @@ class FetchSessionCache:
             else:
                 continue
             session.settle(tp)
-            session.dirty.add(tp)
+            session.dirty[tp] = None
 
     def holding(self, tp: TopicPartition) -> Iterable[FetchSession]:
         """The sessions that hold ``tp``."""
@@ -374,7 +376,7 @@ def mark_clean(
         replica = partition.remote_replicas.get(session.replica_id)
         if replica is None or replica.log_end_offset < result.log_end_offset:
             continue
-        session.dirty.discard(tp)
+        session.dirty.pop(tp, None)
         session.clean[tp] = replica
         replica.clean_in = session
 
@@ -386,7 +388,7 @@ def touch(cache: FetchSessionCache, tp: TopicPartition) -> list[Hashable]:
     keys = []
     for session in cache.holding(tp):
         if tp not in session.dirty:
-            session.dirty.add(tp)
+            session.dirty[tp] = None
             session.settle(tp)
         keys.append(session.key)
     return keys

@@ -28,7 +28,7 @@ class ReplicaFetcherManager:
         self._open = connect
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._owner: dict[TopicPartition, int] = {}
-        self._stopping: set[asyncio.Task] = set()
+        self._stopping: dict[asyncio.Task, None] = {}  # insertion-ordered: awaited in start order
 
     def add_partition(self, tp: TopicPartition, leader: dict, leader_epoch: int) -> None:
         self.remove_partition(tp)
@@ -51,8 +51,8 @@ class ReplicaFetcherManager:
             for tp, state in moved.items():
                 fetcher.adopt(tp, replace(state))  # a new object: the old task's answers no longer apply
             task = asyncio.get_running_loop().create_task(current.stop())
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+            self._stopping[task] = None
+            task.add_done_callback(lambda done: self._stopping.pop(done, None))
         return fetcher
 
     def remove_partition(self, tp: TopicPartition) -> None:

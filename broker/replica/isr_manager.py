@@ -168,7 +168,7 @@ class IsrManager:
         self.isr_shrinks = 0  # Kafka's IsrShrinksPerSec / IsrExpandsPerSec (docs/operations.md "Metrics")
         self.isr_expands = 0
         self.failed_isr_updates = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, None] = {}  # insertion-ordered: cancelled in start order
 
     # -- decisions in, writes out -----------------------------------------------------------------
     def maybe_shrink_isr(self, leaders: Iterable[tuple[Partition, Log]]) -> int:
@@ -225,8 +225,8 @@ class IsrManager:
             self._write(partition, change, settling),
             name=f"isr-{change.kind.value}-{partition.topic}-{partition.partition}",
         )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _write(self, partition: Partition, change: IsrChange, settling: bool = False) -> bool:
         tp = TopicPartition(partition.topic, partition.partition)

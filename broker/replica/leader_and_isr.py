@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
 
 from broker.config import validate_topic_configs
@@ -64,7 +64,7 @@ class LeaderAndIsrHandler:
     def __init__(self, replica_manager: ReplicaState) -> None:
         self.rm = replica_manager
         self._state_change_lock = asyncio.Lock()  # Kafka's replicaStateChangeLock
-        self._epoch_writers: ThreadPoolExecutor | None = None  # started by the first large batch
+        self._epoch_writers: Executor | None = None  # started by the first large batch
         #: KIP-516: topic -> id of the request being applied (Kafka's ``topicIdFromRequest``)
         self._request_topic_ids: dict[str, str] = {}
         #: controller epochs of which this incarnation applied a LeaderAndIsr: only the first may
@@ -226,7 +226,7 @@ class LeaderAndIsrHandler:
                     codes[partition.key]["error_code"] = self._role_change_failed(partition, state, exc)
             return
         if self._epoch_writers is None:
-            self._epoch_writers = ThreadPoolExecutor(EPOCH_WRITE_THREADS, thread_name_prefix="leader-epoch")
+            self._epoch_writers = self.rm.log_manager.executor_factory(EPOCH_WRITE_THREADS, "leader-epoch")
         became: list[tuple[Partition, PartitionState, Log, int]] = []
         for partition, state in to_lead:
             await pause()

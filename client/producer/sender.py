@@ -92,7 +92,7 @@ class Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._wakeup: asyncio.Future | None = None
-        self._requests: set[asyncio.Task] = set()
+        self._requests: dict[asyncio.Task, None] = {}  # insertion-ordered: cancelled in send order
         self._in_flight: dict[int, int] = {}
         self._metadata_task: asyncio.Task | None = None
         self._retry_warnings = RetryWarnings()
@@ -203,8 +203,8 @@ class Sender:
                 self._acc.mark_in_flight(batch)
             in_flight += 1
             task = self._loop.create_task(self._produce(node, request))
-            self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
+            self._requests[task] = None
+            task.add_done_callback(lambda done: self._requests.pop(done, None))
         self._in_flight[node] = in_flight
 
     def _refresh_metadata_soon(self) -> None:

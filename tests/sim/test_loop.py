@@ -324,18 +324,24 @@ def test_signal_handlers_and_other_threads_are_refused() -> None:
     with pytest.raises(RealWorldRefused, match="add_signal_handler"):
         run_simulation(signal_handler, seed=6)
 
+    # a thread started before the run (starting one under it is refused: test_replay.py) calls in
+    loops: list[asyncio.AbstractEventLoop] = []
+    errors: list[BaseException] = []
+    ready = threading.Event()
+
+    def other_thread() -> None:
+        ready.wait(timeout=60)
+        try:
+            loops[0].call_soon_threadsafe(lambda: None)
+        except RealWorldRefused as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+
     async def from_a_thread() -> None:
-        loop = asyncio.get_running_loop()
-        errors: list[BaseException] = []
-
-        def other_thread() -> None:
-            try:
-                loop.call_soon_threadsafe(lambda: None)
-            except RealWorldRefused as exc:
-                errors.append(exc)
-
-        thread = threading.Thread(target=other_thread)
-        thread.start()
+        loops.append(asyncio.get_running_loop())
+        ready.set()
         thread.join()
         assert errors
 
