@@ -13,7 +13,8 @@ item 3).
    members the ``consumer`` fault crashes (chaos/consumers.py; its own ledger, R/consumed/).
    ``client`` (``--client``): floodmark's producers and consumers, or librdkafka's (chaos/clients.py).
 4. Heal everything (a ``reassign`` fault's move: wait until no reassignment is in progress,
-   chaos/reassign.py), wait until every partition has a leader and a full ISR. A heal that fails
+   chaos/reassign.py), wait until every partition has a leader and a full ISR, and record the
+   partition assignment (R/assignment.json, chaos/assignment.py; recorded at the start too). A heal that fails
    does not end the run (issue 19 item 7): the injector records it (``heal_failed`` on the
    timeline), the result carries it, and R/summary.md gets a section on it. Then the consumer
    group reads on to the end of every partition (bounded), commits and closes.
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from chaos.assignment import record_assignment
 from chaos.clients import CLIENTS, Clients, RunningWorkload
 from chaos.consumers import ConsumerGroup, finish
 from chaos.disk_budget import DiskPlan, check_fits, plan_disk
@@ -286,6 +288,9 @@ async def _run(
     clients = Clients.of(settings.client, bootstrap, cluster, settings.kafka_bootstrap)
     await ensure_topic(bootstrap, settings, say)
     await wait_fully_replicated(bootstrap, settings.topic, 60, say)
+    zookeeper_port = cluster.state.zookeeper.port if cluster is not None else None
+    record = (settings.report_dir, settings.topic)
+    await record_assignment(*record, "start", bootstrap, zookeeper_port, say)  # R/assignment.json
     pause_s = _session_timeout_ms(settings) / 1000 * PAUSE_OVER_SESSION
     schedule = make_schedule(
         settings.seed, settings.duration_s, settings.faults, settings.partitions, pause_s
@@ -314,6 +319,7 @@ async def _run(
         )
         unhealed = injector.unhealed()
         served = await _after_heal(settings, bootstrap, injector, unhealed, say)
+        await record_assignment(*record, "after_heal", bootstrap, zookeeper_port, say)
         consumed = await finish(group, served is not Served.NONE)  # drain, commit, close: {} without
     finally:
         if group is not None:

@@ -1,7 +1,8 @@
 """What ``floodmark chaos run`` writes of its own into the report dir (docs/operations.md "Chaos
 runs and verification"): ``R/run.json`` (the settings, the bootstrap, the log dirs, the disk plan,
 the fault schedule and, once the run ends, its outcome) and, when a heal failed or the run was
-verified offline, a section of its facts under the verification's ``R/summary.md``.
+verified offline, a section of its facts under the verification's ``R/summary.md``. The partition
+assignment it records beside them, ``R/assignment.json``, is chaos/assignment.py's.
 """
 
 from __future__ import annotations

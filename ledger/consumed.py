@@ -4,8 +4,10 @@ committed and was assigned, beside the produce ledger (``R/ledger/``), which it 
 
 The layout is the columnar produce ledger's (:mod:`ledger.columnar`): Parquet chunks
 ``part-NNNNNN.parquet`` written whole under a hidden temporary name and renamed into place, an
-``_OPEN`` marker when the writer opens and a ``_CLOSED`` one (with the totals and the run's own
-facts, such as whether the final drain reached the end of every partition) when it closes. One
+``_OPEN`` marker when the writer opens and a ``_CLOSED`` one when it closes: the run's own facts
+(such as whether the final drain reached the end of every partition) and the totals, ``chunks``,
+``rows`` and the rows of each kind (a reopened ledger continues them), which the verification
+holds the chunks against (:mod:`verify.consumer_ledger`). One
 row per fact (:data:`CONSUMER_SCHEMA`, Spark DDL :data:`CONSUMER_LEDGER_DDL`):
 
 * ``consumed`` - a record a member's ``poll`` returned: its ``offset``, and ``digest_hi`` /
@@ -123,8 +125,8 @@ class ConsumerLedgerWriter:
         before = inspect(self.directory)  # a reopened ledger continues its numbering
         self._next = before.next_index
         self.chunks = len(before.chunks)
-        self.seq = int((before.closed or {}).get("rows", 0))
-        self.counts = dict.fromkeys(CONSUMER_KINDS, 0)
+        self.seq = int((before.closed or {}).get("rows", 0))  # a reopened ledger continues its totals
+        self.counts = {kind: int((before.closed or {}).get(kind, 0)) for kind in CONSUMER_KINDS}
         with contextlib.suppress(FileNotFoundError):
             (self.directory / CLOSED_MARKER).unlink()
         self._marker(OPEN_MARKER, {"opened_ms": clock_ms()})
@@ -229,7 +231,8 @@ class ConsumerLedgerWriter:
             self._write_chunk()
             self._closed = True
             totals = {"chunks": self.chunks, "rows": self.seq, **self.counts}
-            self._marker(CLOSED_MARKER, {**totals, **(summary or {}), "closed_ms": self._clock_ms()})
+            # the totals last: a summary's key of the same name (GroupStats.consumed) must not hide them
+            self._marker(CLOSED_MARKER, {**(summary or {}), **totals, "closed_ms": self._clock_ms()})
 
 
 # -- reading --------------------------------------------------------------------------------------

@@ -354,8 +354,8 @@ def ledger_notes(report_dir: Path | str) -> list[str]:
 
 def closed_totals(report_dir: Path | str) -> dict[str, int] | None:
     """``{"acks": N, "errors": M}`` as the ledger's closing marker counts them (the columnar
-    form's ``_CLOSED``, the JSON-lines form's last line), or None when there is no ledger or the
-    workload did not close it."""
+    form's ``_CLOSED``, with ``"chunks"`` too; the JSON-lines form's last line), or None when
+    there is no ledger or the workload did not close it."""
     report_dir = Path(report_dir)
     form = ledger_form(report_dir)
     if form == "parquet":
@@ -366,7 +366,10 @@ def closed_totals(report_dir: Path | str) -> dict[str, int] | None:
         return None
     if marker is None:
         return None
-    return {"acks": int(marker.get("acks") or 0), "errors": int(marker.get("errors") or 0)}
+    totals = {"acks": int(marker.get("acks") or 0), "errors": int(marker.get("errors") or 0)}
+    if isinstance(marker.get("chunks"), int):
+        totals["chunks"] = marker["chunks"]  # the columnar form's
+    return totals
 
 
 def read_events(report_dir: Path | str) -> list[Event]:

@@ -53,6 +53,8 @@ class Frames:
     epoch_checkpoints: Any = None
     extent_rows: list[dict[str, Any]] = field(default_factory=list)
     hw_map: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: where the committed log begins: the leader's log start offset, offline the most complete replica's
+    log_starts: dict[tuple[str, int], int] = field(default_factory=dict)
     assignment: replica_checks.Assignment | None = None
     brokers_read: set[int] = field(default_factory=set)
     facts: list[dict[str, Any]] = field(default_factory=list)
@@ -158,7 +160,9 @@ def _python_checks(f: Frames, found: Found, row_cap: int) -> None:
     count, rows = replica_checks.offset_order(f.facts)
     _record(found, "offset_order", count, rows[:row_cap])
     assert f.assignment is not None
-    rows = replica_checks.replica_incomplete(f.extent_rows, f.hw_map, f.assignment, f.brokers_read, f.facts)
+    rows = replica_checks.replica_incomplete(
+        f.extent_rows, f.hw_map, f.assignment, f.brokers_read, f.facts, log_starts=f.log_starts
+    )
     _record(found, "replica_incomplete", len(rows), rows[:row_cap])
 
 
@@ -188,20 +192,7 @@ def coverage(f: Frames, counts: dict[str, int], mode: str) -> dict[str, str]:
         "sequence_gap": f"{committed} ({source})",
     }
     if f.replica_rows is not None:
-        records = sum(r["records"] for r in f.extent_rows)
-        replicas = (
-            f"{len(f.extent_rows)} replica(s), {records} record(s), in {len(f.brokers_read)} log dir(s)"
-        )
-        for name in ("divergent", "hw_above_leo", "epoch_cache_inconsistent"):
-            out[name] = replicas
-        out["offset_order"] = replicas + (" and the committed log" if mode == "cluster" else "")
-        a = f.assignment
-        how = (
-            "the metadata's assignment"
-            if a and a.source == "metadata"
-            else "an assignment inferred from the log dirs"
-        )
-        out["replica_incomplete"] = f"{replicas} against {how} ({len(a.replicas) if a else 0} partition(s))"
+        out.update(replica_checks.coverage(f.extent_rows, f.brokers_read, f.assignment, mode))
     elif mode == "cluster":
         out["offset_order"] = "the committed log only"
     return out

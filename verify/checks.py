@@ -9,8 +9,10 @@ Inputs (column names as the data sources and :mod:`verify.job` build them):
   the live cluster's leaders, or, offline, :func:`committed_from_replicas`;
 * ``replica_rows`` - every replica's records from its segment files
   (:data:`verify.sources.NARROW_SEGMENTS_DDL`);
-* ``hws`` - ``(topic, partition, high_watermark)``: the cluster's committed high watermark, or
-  offline the highest HW any replica checkpointed;
+* ``hws`` - ``(topic, partition, log_start, high_watermark)``: where the committed log begins
+  and ends: the leader's log start offset (ListOffsets earliest) and the cluster's high
+  watermark, or offline the most complete replica's log start and the offline HW
+  (:mod:`verify.offline_hw`);
 * ``extents`` - per replica ``(broker, topic, partition, first_offset, log_start, leo,
   checkpointed_hw, records, corrupt_records)`` from :func:`replica_extents`;
 
@@ -27,13 +29,16 @@ epoch_cache_inconsistent), and here:
 * :func:`divergent` - one offset below the HW held differently by the replicas: more than one
   (value digest, batch CRC, batch leader epoch, batch base offset), a copy that fails its CRC, or
   missing on a replica whose log spans that offset (per offset). A replica whose log ends below
-  the HW does not span the committed records it lacks: :func:`verify.replica_checks.replica_incomplete`
-  reports it.
+  the HW, or starts above the committed log's log start offset, does not span the committed
+  records it lacks: :func:`verify.replica_checks.replica_incomplete` reports it.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 TP = ["topic", "partition"]
@@ -108,23 +113,36 @@ def replica_extents(replica_rows: DataFrame, replicas: DataFrame) -> DataFrame:
     )
 
 
-def committed_from_replicas(replica_rows: DataFrame, extents: DataFrame, hws: DataFrame) -> DataFrame:
-    """Offline stand-in for the cluster's committed log: what a consumer would read below the HW
-    from the most complete replica of each partition, as if it led: the replica without holes
-    (records = LEO - first offset), then with the fewest records in corrupt batches, then with
-    the highest LEO, then the lowest broker id. Where replicas disagree, :func:`divergent` says so."""
-    w = Window.partitionBy(*TP).orderBy(
-        F.desc((F.col("records") == F.col("leo") - F.col("first_offset")).cast("int")),
-        F.asc("corrupt_records"),
-        F.desc("leo"),
-        F.asc("broker"),
-    )
-    chosen = extents.withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1).select(*REPLICA)
+def most_complete_replicas(
+    extent_rows: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, int], Mapping[str, Any]]:
+    """Offline, per partition, the replica whose log a consumer would read if it led (its extent
+    row): the one without holes (records = LEO - first offset), then with the fewest records in
+    corrupt batches, then with the lowest log start offset (it spans the most committed records),
+    then the highest LEO, then the lowest broker id. Pure Python over the driver's extents."""
 
+    def rank(r: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+        holes = r["records"] != r["leo"] - r["first_offset"]
+        return (int(holes), r["corrupt_records"], r["log_start"], -r["leo"], r["broker"])
+
+    chosen: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for r in extent_rows:
+        tp = (r["topic"], r["partition"])
+        if tp not in chosen or rank(r) < rank(chosen[tp]):
+            chosen[tp] = r
+    return chosen
+
+
+def committed_from_replicas(replica_rows: DataFrame, chosen: DataFrame, hws: DataFrame) -> DataFrame:
+    """Offline stand-in for the cluster's committed log: what a consumer would read from the
+    ``chosen`` replica of each partition (``broker, topic, partition``: :func:`most_complete_replicas`)
+    as if it led, from its log start offset to the HW (``hws``: ``topic, partition, log_start,
+    high_watermark``); below the log start a fetch is OFFSET_OUT_OF_RANGE, whatever the segment
+    files still hold. Where replicas disagree, :func:`divergent` says so."""
     return (
         replica_rows.join(F.broadcast(chosen), REPLICA)
         .join(F.broadcast(hws), TP)
-        .where(F.col("offset") < F.col("high_watermark"))
+        .where((F.col("offset") >= F.col("log_start")) & (F.col("offset") < F.col("high_watermark")))
         .select(
             "topic",
             "partition",

@@ -16,13 +16,19 @@ ledger (``chaos run --consumers N``); without one they are absent from the repor
   value digest differs from the committed log's at its offset, or whose offset the committed
   log does not hold (per offset and digest, with the members that consumed it);
 * ``owned_twice`` (pure, :func:`owned_twice`): one generation's assignment giving a partition to
-  two members (per generation and partition).
+  two members (per generation and partition);
+* the per-assignment checks of :mod:`verify.group_checks` (issue 34): ``resumed_below_commit``,
+  ``fenced_commit_accepted``, ``consumed_unassigned``, ``commit_ahead_of_consumed`` and
+  ``position_skipped``.
 
 :func:`check_consumers` runs them and adds their counts, rows, coverage and notes to the job's
 :class:`verify.check_runner.Found`. A consumer ledger the workload did not close may miss its
-last chunk, so ``group_missed`` is then skipped (the verdict INCOMPLETE); a drain that did not
+last chunk, so ``group_missed`` is then skipped (the verdict INCOMPLETE); one whose rows fall
+short of (or exceed) its closing record's totals is a skipped input, and with rows missing the
+checks a missing row could fake are skipped (:mod:`verify.consumer_ledger`). A drain that did not
 reach the end of every partition is named in a note, since ``group_missed`` then reports what
-the group could not read.
+the group could not read. What each check read and what it cannot see is
+:mod:`verify.consumer_coverage`'s.
 """
 
 from __future__ import annotations
@@ -35,22 +41,26 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ledger.columnar import inspect as inspect_chunks
 from ledger.consumed import (
     ASSIGNED,
     COMMITTED,
     CONSUMED,
     CONSUMED_DIR,
-    CONSUMER_LEDGER_DDL,
+    NO_GENERATION,
     NO_PARTITION,
     consumer_ledger_closed,
     consumer_ledger_present,
 )
 from verify.check_runner import Found
 from verify.checks import TP
+from verify.consumer_coverage import Seen, coverage
+from verify.consumer_ledger import check_totals, outside_assignment, read_consumer_rows
+from verify.group_checks import ROW_SENSITIVE, group_checks
+from verify.group_rules import GroupFacts
+from verify.inputs import SkippedInputs
 from verify.report import CONSUMER_CHECKS
 
-GROUP_MISSED, COMMIT_WENT_BACKWARDS, CONSUMED_VALUE_MISMATCH, OWNED_TWICE = CONSUMER_CHECKS
+GROUP_MISSED, COMMIT_WENT_BACKWARDS, CONSUMED_VALUE_MISMATCH, OWNED_TWICE = CONSUMER_CHECKS[:4]
 ORDER = {GROUP_MISSED: [*TP, "offset"], CONSUMED_VALUE_MISMATCH: [*TP, "offset", "consumed_digest"]}
 
 
@@ -103,16 +113,6 @@ def owned_twice(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- the Spark checks: what was consumed against the committed log -------------------------------
-
-
-def read_consumed(spark: Any, report_dir: Path, topics: list[str]) -> DataFrame:
-    """The consumer ledger's rows of the verified topics (its complete chunks)."""
-    directory = Path(report_dir) / CONSUMED_DIR
-    if inspect_chunks(directory).chunks:
-        rows = spark.read.schema(CONSUMER_LEDGER_DDL).parquet(str(directory))
-    else:
-        rows = spark.createDataFrame([], CONSUMER_LEDGER_DDL)
-    return rows.where(F.col("topic").isin(topics))
 
 
 def _hex(hi: str, lo: str) -> Column:
@@ -200,17 +200,29 @@ def check_consumers(
     notes: list[str],
     row_cap: int,
     say: Callable[[str], None],
+    skipped_inputs: SkippedInputs | None = None,
 ) -> None:
     """Run the consumer checks when the report dir holds a consumer ledger, adding their counts,
-    rows, coverage and skips to ``found`` and their notes to ``notes``."""
+    rows, coverage and skips to ``found``, their notes to ``notes`` and a consumer ledger that
+    disagrees with its closing totals to ``skipped_inputs``."""
     if not consumer_ledger_present(report_dir):
         return
     said, skip_missed = ledger_notes(report_dir)
     notes.extend(said)
-    consumed = read_consumed(spark, report_dir, topics)
+    closed = consumer_ledger_closed(report_dir)
+    ledger = read_consumer_rows(spark, report_dir)
+    short = check_totals(ledger, Path(report_dir) / CONSUMED_DIR, closed, skipped_inputs, notes)
+    skip = {GROUP_MISSED: skip_missed} if skip_missed is not None else {}
+    if short is not None:
+        skip.update({name: short for name in (GROUP_MISSED, *ROW_SENSITIVE)})
+    consumed = ledger.where(F.col("topic").isin(topics))
     totals = (
         consumed.where(F.col("kind") == CONSUMED)
-        .agg(F.count(F.lit(1)).alias("n"), F.countDistinct(*TP, "offset").alias("distinct"))
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.countDistinct(*TP, "offset").alias("distinct"),
+            F.count(F.when(F.col("generation") == NO_GENERATION, 1)).alias("unlabelled"),
+        )
         .first()
     )
     small = [
@@ -221,18 +233,29 @@ def check_consumers(
     ]
     found.counts["consumed"], found.counts["consumed_offsets"] = int(totals["n"]), int(totals["distinct"])
     commits = sum(1 for r in small if r["kind"] == COMMITTED)
-    generations = {r["generation"] for r in small if r["kind"] == ASSIGNED}
-    members = {r["member"] for r in small}
     say(f"checking the consumer group: {totals['n']} consumed record(s), {commits} committed offset(s)")
     _record(found, COMMIT_WENT_BACKWARDS, commit_went_backwards(small), row_cap)
     _record(found, OWNED_TWICE, owned_twice(small), row_cap)
+    facts = GroupFacts.of(small)
+    delivered, read = group_checks(
+        spark,
+        consumed,
+        committed,
+        facts,
+        int(totals["unlabelled"]),
+        outside_assignment(closed),
+        skip,
+        row_cap,
+    )
+    for name, rows in delivered.items():
+        _record(found, name, rows, row_cap)
     spark_checks = {
         GROUP_MISSED: lambda: group_missed(consumed, committed),
         CONSUMED_VALUE_MISMATCH: lambda: consumed_value_mismatch(consumed, committed),
     }
-    if skip_missed is not None:
-        found.skipped[GROUP_MISSED] = skip_missed
-        del spark_checks[GROUP_MISSED]
+    for name, why in skip.items():
+        found.skipped[name] = why
+        spark_checks.pop(name, None)
     for name, check in spark_checks.items():
         df = check()
         count = df.count()
@@ -244,7 +267,17 @@ def check_consumers(
         _record(found, name, rows, row_cap, count)
     for name in CONSUMER_CHECKS:
         say(f"  {name}: {'skipped' if name in found.skipped else found.counts[name]}")
-    found.coverage.update(coverage(found.counts, commits, len(generations), len(members), committed_count))
+    seen = Seen(
+        consumed=found.counts["consumed"],
+        consumed_offsets=found.counts["consumed_offsets"],
+        committed=committed_count,
+        commits=commits,
+        generations=len({r["generation"] for r in small if r["kind"] == ASSIGNED}),
+        members=len({r["member"] for r in small}),
+        outside_assignment=outside_assignment(closed),
+        **read,
+    )
+    found.coverage.update(coverage(seen))
 
 
 def _record(
@@ -254,20 +287,3 @@ def _record(
     found.counts[name] = count
     found.violations[name] = rows[:row_cap]
     found.truncated[name] = count > min(len(rows), row_cap)
-
-
-def coverage(
-    counts: Mapping[str, int], commits: int, generations: int, members: int, committed: int | None
-) -> dict[str, str]:
-    """Per consumer check, what it read."""
-    consumed = (
-        f"{counts.get('consumed', 0)} consumed record(s) "
-        f"({counts.get('consumed_offsets', 0)} distinct offsets)"
-    )
-    log = "the committed log" if committed is None else f"{committed} committed record(s)"
-    return {
-        GROUP_MISSED: f"{consumed} against {log}",
-        CONSUMED_VALUE_MISMATCH: f"{consumed} against {log}",
-        COMMIT_WENT_BACKWARDS: f"{commits} committed offset(s) of {members} member incarnation(s)",
-        OWNED_TWICE: f"the assignments of {generations} generation(s), {members} member incarnation(s)",
-    }

@@ -11,9 +11,12 @@ The inputs, and the flag (``floodmark verify --allow-...``) that allows each:
   line): the workload stopped without closing it and its buffered tail may be lost:
   ``--allow-unclosed-ledger``;
 * ``ledger_entries`` - entries that cannot be used: malformed JSON lines, acks without topic,
-  partition or offset, or counts that disagree with the closing marker (lines lost in between).
+  partition or offset, or counts that disagree with the closing marker (lines or chunks lost in
+  between: the report names the ledger, what its marker counts and what was read).
   Only one torn last line of an unclosed ledger is what a crash leaves, and only that is allowed
   (by ``--allow-unclosed-ledger``);
+* ``consumer_ledger`` - a consumer ledger (``R/consumed/``) whose complete chunks hold fewer or
+  more rows, of any kind, than its closing record counts (:mod:`verify.consumer_ledger`); no flag;
 * ``hw_checkpoints`` - a log dir with replicas but no readable ``replication-offset-checkpoint``:
   hw_above_leo cannot see its replicas, and offline its HWs are unknown: ``--allow-missing-checkpoints``;
 * ``log_dirs`` - brokers that the assignment in the metadata lists for a replica but whose log
@@ -69,6 +72,8 @@ class LedgerFacts:
     verified_acks: int  # usable acks of the verified topics
     malformed: int  # lines that are no JSON object of the schema
     unusable_acks: int  # acks without topic, partition or offset
+    location: str = "the ledger"  # its path, as the report names it
+    chunks_read: int | None = None  # the columnar form's complete chunks
 
 
 def ledger_inputs(skipped: SkippedInputs, ledger: LedgerFacts) -> None:
@@ -83,28 +88,45 @@ def ledger_inputs(skipped: SkippedInputs, ledger: LedgerFacts) -> None:
         )
     if ledger.form is None:
         return
-    problems = []
+    problems, short = [], None
     if ledger.closed is None:
         skipped.skip(
             "ledger_closed",
             "the ledger was not closed (the workload stopped without closing it): its buffered tail may be missing",
             UNCLOSED_LEDGER,
         )
-    elif (ledger.closed["acks"], ledger.closed["errors"]) != (ledger.acks, ledger.errors):
-        problems.append(
-            f"its closing marker counts {ledger.closed['acks']} ack(s) and {ledger.closed['errors']} "
-            f"error(s), it holds {ledger.acks} and {ledger.errors}"
-        )
+    else:
+        short = _totals_problem(ledger, ledger.closed)
     if ledger.malformed:
         problems.append(f"{ledger.malformed} malformed line(s)")
     if ledger.unusable_acks:
         problems.append(f"{ledger.unusable_acks} ack(s) without topic, partition or offset")
-    if problems:
+    if problems or short:
         torn_tail = ledger.closed is None and ledger.malformed == 1 and len(problems) == 1
-        why = "the ledger has " + "; ".join(problems)
+        why = "; ".join(
+            ([short] if short else []) + (["the ledger has " + "; ".join(problems)] if problems else [])
+        )
         if torn_tail:
             why += " (a torn last line is what a crash leaves)"
         skipped.skip("ledger_entries", why, UNCLOSED_LEDGER if torn_tail else None)
+
+
+def _totals_problem(ledger: LedgerFacts, closed: dict[str, int]) -> str | None:
+    """The ledger against its closing totals (chunks, acks, errors): what they count and what
+    was read, or None when they agree (issue 34 item 8: a chunk lost in the middle)."""
+    chunks = ledger.chunks_read is not None and "chunks" in closed
+    if (closed["acks"], closed["errors"]) == (ledger.acks, ledger.errors) and (
+        not chunks or closed["chunks"] == ledger.chunks_read
+    ):
+        return None
+    marker = "marker" if chunks else "line"
+    counted = f"{closed['chunks']} chunk(s), " if chunks else ""
+    read = f"{ledger.chunks_read} chunk(s) were read, holding " if chunks else ""
+    return (
+        f"{ledger.location}: its closing {marker} counts {counted}{closed['acks']} ack(s) and "
+        f"{closed['errors']} error(s); {read}{ledger.acks} ack(s) and {ledger.errors} error(s)"
+        + ("" if chunks else " were read")
+    )
 
 
 def checkpoint_inputs(skipped: SkippedInputs, missing: list[str]) -> None:

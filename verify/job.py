@@ -28,7 +28,8 @@ when the report dir holds a consumer ledger ``R/consumed/``, the consumer group'
 nothing: an input it could not read in full (no ledger or nothing acknowledged, an unclosed or
 damaged ledger, a missing HW checkpoint, an assigned broker's log dir not given) makes it
 INCOMPLETE unless ``allow`` names it (:mod:`verify.inputs`). Against a cluster, the
-assignment comes from the metadata; offline it is inferred from the log dirs. The replica
+assignment comes from the metadata; offline from the run's recorded one, else from the brokers'
+checkpoints (:mod:`verify.assignment`, never inferred from the surviving replicas). The replica
 checks (divergent, hw_above_leo, epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
 INCOMPLETE (not ok), since a check that did not run proves nothing.
 
@@ -65,13 +66,13 @@ from ledger.columnar import inspect as inspect_chunks
 from ledger.consumed import consumer_ledger_present
 from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
 from verify import checks, replica_checks, staging
+from verify.assignment import METADATA, Assignment, offline_assignment
 from verify.check_runner import Found, Frames, coverage, run_checks
 from verify.consumer_checks import check_consumers
 from verify.inputs import LedgerFacts, SkippedInputs, checkpoint_inputs, ledger_inputs, log_dir_inputs
 from verify.ledger_frame import acks_and_errors, ledger_entries, ledger_facts
-from verify.offline_hw import offline_high_watermarks
+from verify.offline_hw import offline_bounds
 from verify.progress import Timings
-from verify.replica_checks import Assignment, inferred_assignment
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import TIMELINE_FILE, Result, verdict_line, write_report, write_summary
 from verify.scan_facts import read_facts
@@ -254,7 +255,7 @@ def _run(run: _Run) -> Result:
     if consumer_ledger_present(run.report_dir):  # chaos run --consumers N: R/consumed/
         with run.timings.measure("consumer_checks"):
             args = (run.topics, frames.committed, counts["committed"], found, run.notes, run.row_cap, run.say)
-            check_consumers(run.spark, run.report_dir, *args)
+            check_consumers(run.spark, run.report_dir, *args, run.skipped_inputs)
     counts.update(found.counts)
     for name, seconds in found.timings.items():
         run.timings[name] = seconds
@@ -295,36 +296,33 @@ def _read_logs(run: _Run, acks: Any, errors: Any) -> Frames:
     else:
         run.mode, hw_map = "log-dirs", {}
     frames = Frames(acks=acks, errors=errors, committed=None, hws=None, hw_map=hw_map)
+    frames.log_starts = {key: start for key, (start, _) in offsets.items()}  # ListOffsets earliest
+    leaders = None
     if run.log_dirs:
         _read_replicas(run, frames)
         frames.brokers_read = set(run.inventory.brokers)
         if assigned is not None:
-            frames.assignment = Assignment("metadata", assigned)
-            log_dir_inputs(
-                run.skipped_inputs, {b for rs in assigned.values() for b in rs}, run.inventory.brokers
-            )
+            frames.assignment = Assignment(METADATA, assigned)
         else:
-            frames.assignment = inferred_assignment(frames.extent_rows)
-    if not run.bootstrap:  # offline: the HW checkpoints, or further where every replica agrees
-        frames.hw_map = offline_high_watermarks(
-            run.spark,
-            run.inventory.max_checkpointed_hw(),
-            frames.replica_rows,
-            frames.extents,
-            frames.extent_rows,
-            acks,
-            run.notes,
-        )
+            args = (frames.extent_rows, run.inventory.checkpointed, run.notes)
+            frames.assignment = offline_assignment(run.report_dir, run.topics, *args)
+        if frames.assignment.exact:
+            assigned_brokers = {b for rs in frames.assignment.replicas.values() for b in rs}
+            log_dir_inputs(run.skipped_inputs, assigned_brokers, run.inventory.brokers)
+    if not run.bootstrap:  # offline: the most complete replicas, their log starts, the offline HWs
+        replicas = (frames.replica_rows, frames.extents, frames.extent_rows)
+        bounds = offline_bounds(run.spark, run.inventory.max_checkpointed_hw(), *replicas, acks, run.notes)
+        frames.log_starts, frames.hw_map, leaders = bounds.log_starts, bounds.high_watermarks, bounds.leaders
     frames.hws = run.spark.createDataFrame(
-        [(t, p, hw) for (t, p), hw in sorted(frames.hw_map.items())],
-        "topic string, partition int, high_watermark bigint",
+        [(t, p, frames.log_starts.get((t, p), 0), hw) for (t, p), hw in sorted(frames.hw_map.items())],
+        "topic string, partition int, log_start bigint, high_watermark bigint",
     )
-    frames.committed = _committed(run, frames, offsets)
+    frames.committed = _committed(run, frames, offsets, leaders)
     if run.mode == "log-dirs":
         run.notes.append(
-            "offline: the committed log is the most complete replica of each partition below the highest "
-            "checkpointed HW (or further, where every replica holds the same records), not necessarily what "
-            "the last leader held (replica_incomplete compares every replica with it)"
+            "offline: the committed log is the most complete replica of each partition from its log start "
+            "offset to the highest checkpointed HW (or further, where every replica holds the same records), "
+            "not necessarily what the last leader held (replica_incomplete compares every replica with it)"
         )
     return frames
 
@@ -377,6 +375,7 @@ def _report(
             "topics": run.topics,
             "events": events,
             "jvm": run.jvm,
+            "assignment": frames.assignment.source if frames.assignment else None,  # verify/assignment.py
         },
         skipped_inputs=run.skipped_inputs.skipped,
         allowed_inputs=run.skipped_inputs.allowed,
@@ -469,12 +468,14 @@ def _read_replicas(run: _Run, frames: Frames) -> None:
         ]
 
 
-def _committed(run: _Run, frames: Frames, offsets: dict[tuple[str, int], tuple[int, int]]) -> Any:
+def _committed(
+    run: _Run, frames: Frames, offsets: dict[tuple[str, int], tuple[int, int]], leaders: Any
+) -> Any:
     if not run.bootstrap:
         run.say(
             "taking the committed log from the most complete replica of each partition, below the offline HW"
         )
-        return checks.committed_from_replicas(frames.replica_rows, frames.extents, frames.hws)
+        return checks.committed_from_replicas(frames.replica_rows, leaders, frames.hws)
     run.say(f"reading the committed log of {','.join(run.topics)} from the cluster")
     with run.timings.measure("read_committed"):
         reader = CommittedReader(

@@ -11,7 +11,8 @@ the unpaired rows of both sides, which is nothing on a clean run; the job persis
 three checks below read it:
 
 * :func:`lost` - an acknowledged write with no committed record of its value at its offset
-  (per ack; ``reason`` says what is there instead);
+  (per ack; ``reason`` says what is there instead, or that the offset lies below the partition's
+  log start offset: a fetch there is OFFSET_OUT_OF_RANGE, whatever the segment files hold);
 * :func:`ack_mismatch` - an acknowledged write whose value is at its offset but whose producer id,
   sequence, key or timestamp differ from the ledger's (per ack; ``differs`` names them);
 * :func:`unacknowledged` - not a violation: committed records no ack accounts for, per
@@ -110,6 +111,10 @@ def lost(acks: DataFrame, committed: DataFrame, hws: DataFrame, unpaired: DataFr
     rows = _unpaired_acks(acks, committed, unpaired).where(_same_value().isNull())
     reason = (
         F.when(F.col("high_watermark").isNull(), "partition absent from the committed log")
+        .when(
+            F.col("offset") < F.col("log_start"),
+            F.format_string("offset below the log start offset %d", "log_start"),
+        )
         .when(F.col("offset") >= F.col("high_watermark"), "offset at or above the high watermark")
         .when(F.col("found_valid") == 0, "the batch at that offset fails its CRC")
         .when(F.col("found_digests").isNotNull(), "another value at that offset")

@@ -144,8 +144,10 @@ def ledger_facts(report_dir: Path, stats: list[Any], topics: list[str]) -> Ledge
             if row["kind"] == kind and all(row[k] == v for k, v in where.items())
         )
 
+    form = ledger_form(report_dir)
+    where = report_dir / (LEDGER_DIR if form == "parquet" else LEDGER_FILE)
     return LedgerFacts(
-        form=ledger_form(report_dir),
+        form=form,
         closed=closed_totals(report_dir),
         acks=total("ack"),
         errors=total("error"),
@@ -157,4 +159,6 @@ def ledger_facts(report_dir: Path, stats: list[Any], topics: list[str]) -> Ledge
         malformed=total("malformed"),
         unusable_acks=total("ack", bad=True)
         + sum(int(r["count"]) for r in stats if r["kind"] == "ack" and not r["topic"] and not r["bad"]),
+        location=str(where),
+        chunks_read=len(inspect_chunks(where).chunks) if form == "parquet" else None,
     )

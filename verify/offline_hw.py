@@ -1,5 +1,6 @@
 """The high watermark offline (docs/design.md "Verification job"): where the committed log ends when
-the job reads only the replicas' log dirs.
+the job reads only the replicas' log dirs (and, :func:`offline_bounds`, where it begins: the log
+start offset of the replica it is read from, :func:`verify.checks.most_complete_replicas`).
 
 Kafka's HW reaches the broker's disk only through ``replication-offset-checkpoint``, written
 every ``replica.high.watermark.checkpoint.interval.ms`` (5 s): a broker that crashed lags its
@@ -37,7 +38,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from verify.checks import DIGEST, TP
+from verify.checks import DIGEST, TP, most_complete_replicas
 
 Key = tuple[str, int]
 
@@ -112,6 +113,33 @@ def first_disagreement(
         .collect()
     )
     return {(row["topic"], row["partition"]): int(row["first"]) for row in rows}
+
+
+@dataclass(frozen=True)
+class OfflineBounds:
+    """Offline, per partition: where the committed log begins and ends, and whose log it is."""
+
+    log_starts: dict[Key, int]  # the chosen replica's log start offset (below it a fetch is out of range)
+    high_watermarks: dict[Key, int]  # :func:`offline_high_watermarks`
+    leaders: DataFrame  # (broker, topic, partition): the replica each partition's committed log is read from
+
+
+def offline_bounds(
+    spark: Any,
+    checkpointed: Mapping[Key, int],
+    replica_rows: DataFrame,
+    extents: DataFrame,
+    extent_rows: list[dict[str, Any]],
+    acks: DataFrame,
+    notes: list[str],
+) -> OfflineBounds:
+    chosen = most_complete_replicas(extent_rows)
+    leaders = spark.createDataFrame(
+        [(r["broker"], t, p) for (t, p), r in sorted(chosen.items())],
+        "broker int, topic string, partition int",
+    )
+    hws = offline_high_watermarks(spark, checkpointed, replica_rows, extents, extent_rows, acks, notes)
+    return OfflineBounds({tp: int(r["log_start"]) for tp, r in chosen.items()}, hws, leaders)
 
 
 def offline_high_watermarks(

@@ -6,14 +6,17 @@ append-only offsets (``LogSegment``), the ``replication-offset-checkpoint`` (a H
 be past its own log end) and the ``leader-epoch-checkpoint`` (``LeaderEpochFileCache``, what
 truncation after a failover reads: KIP-101, KIP-279).
 
-* :func:`replica_incomplete` - per replica: listed in the assignment (the cluster's metadata, or
-  offline inferred from the log dirs) but absent from its broker's log dir; holding less than
-  the high watermark (its log end offset below it: committed records lost, whatever its own HW
-  checkpoint says, since the broker lowers that with the log when it truncates); or holding
-  segment bytes that frame no batch in a segment other than the last (everything after them is
-  unread). Offline the HW is the highest any replica checkpointed, capped by the most complete
-  replica's log end offset (a HW above every replica's log is :func:`hw_above_leo`'s finding).
-  Pure Python over the driver's small inputs.
+* :func:`replica_incomplete` - per replica: listed in the assignment (:mod:`verify.assignment`:
+  the cluster's metadata, or offline the run's recorded one, else what the brokers'
+  checkpoints list) but absent from its broker's log dir; starting above the committed log's log
+  start offset (the committed records below its own log start are not on it: an election of its
+  broker loses them; Kafka's follower takes the leader's log start, never a higher one of its
+  own); holding less than the high watermark (its log end offset below it: committed records
+  lost, whatever its own HW checkpoint says, since the broker lowers that with the log when it
+  truncates); or holding segment bytes that frame no batch in a segment other than the last
+  (everything after them is unread). Offline the HW is the highest any replica checkpointed,
+  capped by the most complete replica's log end offset (a HW above every replica's log is
+  :func:`hw_above_leo`'s finding). Pure Python over the driver's small inputs.
 * :func:`offset_order` - per batch: a batch that starts at or below the last offset of the batch
   before it, on a replica or in the committed log read from the leader (two records at one
   offset, or offsets going back). From the readers' facts (:mod:`verify.scan_facts`).
@@ -26,56 +29,74 @@ truncation after a failover reads: KIP-101, KIP-279).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from verify.assignment import METADATA, Assignment
 from verify.checks import REPLICA
+from verify.replicas import HIGH_WATERMARK_CHECKPOINT
 
 _ENTRIES = "array<struct<epoch:int,start_offset:bigint>>"
 TopicPartition = tuple[str, int]
 
 
-@dataclass
-class Assignment:
-    """Which brokers should hold a replica of each partition. ``source`` is ``metadata`` (the
-    cluster's, exact) or ``inferred`` (offline: each topic's partitions 0..the highest seen, each
-    with as many replicas as its most replicated partition; which broker lacks one is unknown)."""
-
-    source: str
-    replicas: dict[TopicPartition, list[int]] = field(default_factory=dict)
-    replication_factor: dict[str, int] = field(default_factory=dict)
-
-
-def inferred_assignment(extents: list[dict[str, Any]]) -> Assignment:
-    per_tp: dict[TopicPartition, list[int]] = defaultdict(list)
-    for r in extents:
-        per_tp[(r["topic"], r["partition"])].append(r["broker"])
-    assignment = Assignment("inferred")
-    for (topic, partition), brokers in per_tp.items():
-        rf = assignment.replication_factor.get(topic, 0)
-        assignment.replication_factor[topic] = max(rf, len(brokers))
-        assignment.replicas[(topic, partition)] = sorted(brokers)
-    for topic in assignment.replication_factor:
-        highest = max(p for t, p in per_tp if t == topic)
-        for partition in range(highest + 1):
-            assignment.replicas.setdefault((topic, partition), [])
-    return assignment
-
-
 def _row(
-    broker: int | None, tp: TopicPartition, leo: int | None, hw: int | None, reason: str
+    broker: int | None,
+    tp: TopicPartition,
+    leo: int | None,
+    hw: int | None,
+    reason: str,
+    log_start: int | None = None,
 ) -> dict[str, Any]:
     return {
         "broker": broker,
         "topic": tp[0],
         "partition": tp[1],
+        "log_start_offset": log_start,
         "log_end_offset": leo,
         "high_watermark": hw,
         "reason": reason,
     }
+
+
+def _absent(
+    assignment: Assignment, tp: TopicPartition, present: set[int], brokers_read: set[int], hw: int | None
+) -> list[dict[str, Any]]:
+    """The replicas of ``tp`` the assignment expects on a read broker that are not on disk."""
+    if assignment.exact:
+        listed = set(assignment.replicas.get(tp, ())) & brokers_read
+        reason = "listed in the assignment, absent from its log dir"
+        return [_row(b, tp, None, hw, reason) for b in sorted(listed - present)]
+    rows = [
+        _row(b, tp, None, hw, f"listed in broker {b}'s {HIGH_WATERMARK_CHECKPOINT}, absent from its log dir")
+        for b in assignment.checkpoint_only.get(tp, [])
+    ]
+    # Every partition of a topic has as many replicas as its most replicated one.
+    rf = assignment.replication_factor.get(tp[0], 0)
+    if len(present | set(assignment.replicas.get(tp, ()))) < rf:
+        reason = f"{len(present)} replica(s) in the log dirs, {rf} of every other partition of the topic"
+        rows.append(_row(None, tp, None, hw, reason))
+    return rows
+
+
+def _behind(
+    r: dict[str, Any], tp: TopicPartition, hw: int, target: int, start: int | None
+) -> list[dict[str, Any]]:
+    """A replica on disk against the committed log ``[start, target)`` (``hw`` the reported HW)."""
+    rows = []
+    own_start = r.get("log_start")
+    if start is not None and own_start is not None and start < own_start and start < target:
+        reason = (
+            f"log start offset {own_start} above the committed log's log start offset {start}: "
+            f"committed records {start}..{min(own_start, target) - 1} missing"
+        )
+        rows.append(_row(r["broker"], tp, r["leo"], hw, reason, own_start))
+    if r["leo"] < target:
+        reason = f"log end offset {r['leo']} below the high watermark {target}: committed records missing"
+        rows.append(_row(r["broker"], tp, r["leo"], hw, reason, own_start))
+    return rows
 
 
 def replica_incomplete(
@@ -84,35 +105,27 @@ def replica_incomplete(
     assignment: Assignment,
     brokers_read: set[int],
     facts: list[dict[str, Any]],
+    log_starts: dict[TopicPartition, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """See the module docstring; ``brokers_read`` are the brokers whose log dirs were read."""
+    """See the module docstring; ``brokers_read`` are the brokers whose log dirs were read,
+    ``log_starts`` the committed log's log start offset per partition (the leader's, ListOffsets
+    earliest; offline the most complete replica's)."""
     rows: list[dict[str, Any]] = []
     per_tp: dict[TopicPartition, list[dict[str, Any]]] = defaultdict(list)
     for r in extents:
         per_tp[(r["topic"], r["partition"])].append(r)
-    for tp, listed in sorted(assignment.replicas.items()):
-        present = {r["broker"] for r in per_tp.get(tp, [])}
-        if assignment.source == "metadata":
-            for broker in sorted(set(listed) & brokers_read - present):
-                rows.append(
-                    _row(broker, tp, None, hws.get(tp), "listed in the assignment, absent from its log dir")
-                )
-        elif len(present) < assignment.replication_factor.get(tp[0], 0):
-            rf = assignment.replication_factor[tp[0]]
-            reason = f"{len(present)} replica(s) in the log dirs, {rf} of every other partition of the topic"
-            rows.append(_row(None, tp, None, hws.get(tp), reason))
+    for tp in sorted(assignment.replicas):
+        rows += _absent(assignment, tp, {r["broker"] for r in per_tp.get(tp, [])}, brokers_read, hws.get(tp))
     for tp, replicas in sorted(per_tp.items()):
         hw = hws.get(tp)
         if hw is None:
             continue
-        listed = assignment.replicas.get(tp) if assignment.source == "metadata" else None
-        target = hw if assignment.source == "metadata" else min(hw, max(r["leo"] for r in replicas))
+        listed = assignment.replicas.get(tp) if assignment.exact else None
+        target = hw if assignment.source == METADATA else min(hw, max(r["leo"] for r in replicas))
+        start = (log_starts or {}).get(tp)
         for r in sorted(replicas, key=lambda r: r["broker"]):
-            if (listed is None or r["broker"] in listed) and r["leo"] < target:
-                reason = (
-                    f"log end offset {r['leo']} below the high watermark {target}: committed records missing"
-                )
-                rows.append(_row(r["broker"], tp, r["leo"], hw, reason))
+            if listed is None or r["broker"] in listed:
+                rows += _behind(r, tp, hw, target, start)
     for f in facts:
         for u in f.get("unframed", []):
             if f.get("broker") is not None and not u["last"]:
@@ -122,6 +135,27 @@ def replica_incomplete(
                 )
                 rows.append(_row(f["broker"], (f["topic"], f["partition"]), None, None, reason))
     return rows
+
+
+def coverage(
+    extent_rows: list[dict[str, Any]], brokers_read: set[int], assignment: Assignment | None, mode: str
+) -> dict[str, str]:
+    """Per replica check, what it read and what it could not see."""
+    records = sum(r["records"] for r in extent_rows)
+    replicas = f"{len(extent_rows)} replica(s), {records} record(s), in {len(brokers_read)} log dir(s)"
+    unseen = "; a replica absent from the log dirs read is not compared"
+    how = assignment.describe() if assignment else "no assignment"
+    partitions = len(assignment.replicas) if assignment else 0
+    return {
+        "divergent": f"{replicas}: every offset below the HW, on each replica whose log spans it{unseen}",
+        "hw_above_leo": f"{replicas}: each replica's checkpointed HW against its own log end{unseen}",
+        "epoch_cache_inconsistent": f"{replicas}: each leader-epoch-checkpoint against its batches{unseen}",
+        "offset_order": replicas + (" and the committed log" if mode == "cluster" else ""),
+        "replica_incomplete": (
+            f"{replicas} against {how} ({partitions} partition(s)), each from the committed log's "
+            "log start offset to the HW"
+        ),
+    }
 
 
 def torn_tail_notes(facts: list[dict[str, Any]]) -> list[str]:

@@ -69,6 +69,9 @@ class Inventory:
     #: Log dirs holding replicas whose ``replication-offset-checkpoint`` is absent or unreadable:
     #: hw_above_leo cannot see their replicas (a skipped input, :mod:`verify.inputs`).
     missing_hw_checkpoints: list[str] = field(default_factory=list)
+    #: Per broker read, the partitions its ``replication-offset-checkpoint`` lists (of the topics
+    #: asked for): every partition it hosted at its last checkpoint, directory or not.
+    checkpointed: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
 
     def topics(self) -> set[str]:
         return {r.topic for r in self.replicas}
@@ -170,6 +173,9 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
                 offsets[checkpoint] = {}
                 if checkpoint == HIGH_WATERMARK_CHECKPOINT:
                     hw_problem = "unreadable"
+        inventory.checkpointed[broker] = {
+            tp for tp in offsets[HIGH_WATERMARK_CHECKPOINT] if topics is None or tp[0] in topics
+        }
         before = len(inventory.replicas)
         for child in sorted(log_dir.iterdir()):
             parsed = parse_partition_dir(child.name) if child.is_dir() else None

@@ -42,7 +42,18 @@ CHECKS = (
     "epoch_cache_inconsistent",
 )
 #: The consumer group's checks (verify/consumer_checks.py), run when the report dir has a consumer ledger.
-CONSUMER_CHECKS = ("group_missed", "commit_went_backwards", "consumed_value_mismatch", "owned_twice")
+CONSUMER_CHECKS = (
+    "group_missed",
+    "commit_went_backwards",
+    "consumed_value_mismatch",
+    "owned_twice",
+    # the per-assignment checks (verify/group_checks.py; issue 34)
+    "resumed_below_commit",
+    "fenced_commit_accepted",
+    "consumed_unassigned",
+    "commit_ahead_of_consumed",
+    "position_skipped",
+)
 ALL_CHECKS = CHECKS + CONSUMER_CHECKS
 PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
 REPORT_FILE = "verification.json"
@@ -57,13 +68,18 @@ DESCRIPTIONS = {
     "out_of_order": "batches whose producer epoch and sequence do not increase with the offset",
     "sequence_gap": "batches that skip producer sequences (or start a new epoch past 0)",
     "offset_order": "batches starting at or below the last offset of the batch before them",
-    "replica_incomplete": "assigned replicas absent, behind the HW, or with unframed bytes mid-log",
+    "replica_incomplete": "assigned replicas absent, starting above the log start or ending below the HW, or with unframed bytes mid-log",
     "hw_above_leo": "replicas whose checkpointed HW is above their log end offset",
     "epoch_cache_inconsistent": "replicas whose leader-epoch-checkpoint disagrees with their batches",
     "group_missed": "committed records no member of the consumer group consumed",
     "commit_went_backwards": "acknowledged group commits below an earlier one of their partition",
     "consumed_value_mismatch": "consumed records whose value differs from the committed log's at their offset",
     "owned_twice": "partitions one generation assigned to more than one member",
+    "resumed_below_commit": "owners that started below a commit acknowledged before their assignment",
+    "fenced_commit_accepted": "commits acknowledged under a generation older than the partition's assignment",
+    "consumed_unassigned": "records a member consumed from a partition its generation did not assign it",
+    "commit_ahead_of_consumed": "commits acknowledged before their member consumed the record below them",
+    "position_skipped": "committed records a member's position passed in an assignment without consuming",
 }
 
 
@@ -241,6 +257,46 @@ def _consumer_row_line(name: str, row: dict[str, Any]) -> str:
         )
     if name == "owned_twice":
         return f"{where} in generation {row['generation']}: assigned to {', '.join(row['members'])}"
+    return _group_row_line(name, row, where)
+
+
+def _group_row_line(name: str, row: dict[str, Any], where: str) -> str:
+    """The per-assignment consumer checks' rows (verify/group_checks.py)."""
+    who = f"{row.get('member')} (generation {row.get('generation')})"
+    if name == "resumed_below_commit":
+        return (
+            f"{where}: {who} started at {row['first_offset']}, below {row['commit_offset']} acknowledged "
+            f"for {row['commit_member']} (generation {row['commit_generation']}) at {row['commit_time_ms']}, "
+            f"before its assignment at {row['assigned_time_ms']}"
+        )
+    if name == "fenced_commit_accepted":
+        return (
+            f"{where}: {row['member']} committed {row['offset']} under generation {row['generation']} at "
+            f"{row['time_ms']}, after generation {row['current_generation']} assigned it to "
+            f"{', '.join(row['current_members'])} at {row['current_time_ms']}"
+        )
+    if name == "consumed_unassigned":
+        if row.get("member") is None:
+            return row["reason"]
+        return (
+            f"{where}: {who} consumed {row['records']} record(s), offsets {row['first_offset']}.."
+            f"{row['last_offset']}: {row['reason']}"
+        )
+    if name == "commit_ahead_of_consumed":
+        to = "nothing" if row.get("consumed_to") is None else f"to {row['consumed_to']}"
+        return (
+            f"{where}: {who} committed {row['offset']} at {row['time_ms']} having consumed {to} "
+            f"(not {row['unconsumed']})"
+        )
+    if name == "position_skipped":
+        shown = ", ".join(map(str, row["skipped_offsets"]))
+        more = f" and {row['skipped'] - len(row['skipped_offsets'])} more" * (
+            row["skipped"] > len(row["skipped_offsets"])
+        )
+        return (
+            f"{where}: {who} skipped {row['skipped']} record(s) between {row['first_offset']} and "
+            f"{row['last_offset']}: {shown}{more}"
+        )
     return json.dumps(row, default=str)
 
 

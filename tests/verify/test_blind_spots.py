@@ -53,14 +53,15 @@ def test_a_follower_cut_below_the_hw_is_incomplete(tmp_path: Path, spark: Any) -
 
 
 def test_a_replica_directory_removed_is_incomplete(tmp_path: Path, spark: Any) -> None:
-    """Broker 3's t-0 directory gone (a StopReplica(delete) sent to the wrong broker)."""
+    """Broker 3's t-0 directory gone (a StopReplica(delete) sent to the wrong broker) after its
+    last checkpoint, which still lists t-0: broker 3's replica is missing (issue 34 item 4)."""
     s = sc.build(tmp_path)
     shutil.rmtree(s.disk.partition_dir(3, TOPIC, 0))
     result = verify(s, spark)
     (row,) = assert_only(result, "replica_incomplete", 1)
-    assert (row["broker"], row["partition"]) == (None, 0)
-    assert row["reason"] == "2 replica(s) in the log dirs, 3 of every other partition of the topic"
-    assert "an assignment inferred from the log dirs" in result.coverage["replica_incomplete"]
+    assert (row["broker"], row["partition"]) == (3, 0)
+    assert row["reason"] == "listed in broker 3's replication-offset-checkpoint, absent from its log dir"
+    assert "no recorded assignment" in result.coverage["replica_incomplete"]
 
 
 def test_a_garbled_batch_header_in_the_active_segment_is_incomplete(tmp_path: Path, spark: Any) -> None:

@@ -11,6 +11,11 @@ job covers all four checks:
   ``commit_went_backwards``;
 * generation 2 giving t-1 to both members: ``owned_twice``.
 
+Two of the plantings are also what issue 34's per-assignment checks look for (their own planted
+tests are tests/verify/test_consumer_blind_spots.py): generation 2's owner of t-0 starts at 15,
+below the 20 acknowledged before its assignment (``resumed_below_commit``), and c1-0's position
+passed t-1 offset 17 in generation 1 without consuming it (``position_skipped``).
+
 Every produce-side check stays at 0 (the consumer ledger leaves the produce ledger untouched).
 """
 
@@ -67,8 +72,13 @@ def test_four_planted_consumer_anomalies_are_each_found(tmp_path: Path, spark: A
         "commit_went_backwards": 1,
         "consumed_value_mismatch": 2,
         "owned_twice": 1,
+        "resumed_below_commit": 1,
+        "fenced_commit_accepted": 0,
+        "consumed_unassigned": 0,
+        "commit_ahead_of_consumed": 0,
+        "position_skipped": 1,
     }
-    assert result.verdict == "FAILED" and not result.ok and result.violation_count == 5
+    assert result.verdict == "FAILED" and not result.ok and result.violation_count == 7
     assert result.counts["consumed"] == 20 + 29 + 15 + 1 and result.counts["consumed_offsets"] == 60
     v = result.violations
     assert v["group_missed"] == [{"topic": TOPIC, "partition": 1, "offset": 17}]
@@ -96,7 +106,7 @@ def test_four_planted_consumer_anomalies_are_each_found(tmp_path: Path, spark: A
         == "65 consumed record(s) (60 distinct offsets) against 60 committed record(s)"
     )
     summary = result.summary_path.read_text()
-    assert summary.startswith("# Verification FAILED: 5 violation(s)")
+    assert summary.startswith("# Verification FAILED: 7 violation(s)")
     assert "| owned_twice | 1 | partitions one generation assigned to more than one member |" in summary
     assert "- t-1 offset 17: committed, never consumed by the group" in summary
     assert "- t-0: c1-0 (generation 2) committed 15 at" in summary
