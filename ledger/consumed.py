@@ -23,8 +23,13 @@ row per fact (:data:`CONSUMER_SCHEMA`, Spark DDL :data:`CONSUMER_LEDGER_DDL`):
 Every row names the ``member`` (the chaos run's stable id of one consumer incarnation,
 ``c<i>-<incarnation>``), the coordinator's ``member_id`` for it (empty before a join) and the
 ``generation`` it belonged to when the fact happened (-1 outside one), the wall-clock
-``time_ms`` and ``seq``, the writer's running count, which orders facts of one millisecond in
-the order the writer was handed them (every member runs in the one workload process).
+``time_ms`` of the process that recorded the fact, and ``seq``, the writer's running count, in
+the order the writer was handed the facts. ``seq`` orders facts of one millisecond only within
+one member: floodmark's own members run in the one workload process, but with ``--client kafka``
+each member is a process of its own (chaos/kafka_member.py) stamping its own clock, and ``seq``
+is the order in which the parent happened to read their pipes. So facts of two members are
+ordered by ``time_ms`` alone, and two of one millisecond are unordered
+(:mod:`verify.ledger_order`).
 
 :class:`ConsumerLedgerWriter` buffers rows and writes a chunk every ``chunk_records`` rows or once
 the oldest buffered row is ``chunk_interval_s`` old; a lock serialises its callers.

@@ -9,7 +9,8 @@ The sources, best first (``Assignment.source``):
 * ``recorded`` - offline, the assignment the chaos run recorded from ZooKeeper (or the metadata)
   at its start and after its final heal, ``R/assignment.json`` (:mod:`ledger.assignment`); the
   last one recorded (exact, as of when it was recorded);
-* ``checkpoints`` - offline without a record: the replicas on disk, plus every partition a
+* ``checkpoints`` - offline without a readable record (a record that cannot be read is a skipped
+  input, so the verdict is at best INCOMPLETE): the replicas on disk, plus every partition a
   broker's own ``replication-offset-checkpoint`` lists (the broker writes every partition it
   hosts there, ``ReplicaManager.checkpointHighWatermarks``), so a directory gone since the last
   checkpoint is a missing replica of that broker. Each partition should then also have as many
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.assignment import ASSIGNMENT_FILE, AssignmentFileError, RecordedAssignment, read_assignment
+from verify.inputs import SkippedInputs, assignment_inputs
 
 TopicPartition = tuple[str, int]
 METADATA, RECORDED, CHECKPOINTS = "metadata", "recorded", "checkpoints"
@@ -43,7 +45,8 @@ class Assignment:
     replication_factor: dict[str, int] = field(default_factory=dict)
     #: checkpoints: per partition, the brokers whose checkpoint lists it but whose log dir lacks it
     checkpoint_only: dict[TopicPartition, list[int]] = field(default_factory=dict)
-    #: recorded: where and when the run read it ("zookeeper after_heal")
+    #: recorded: where and when the run read it ("zookeeper after_heal"); checkpoints: why the
+    #: run's recorded assignment could not be read ("" when it recorded none)
     detail: str = ""
 
     @property
@@ -56,8 +59,11 @@ class Assignment:
             return "the metadata's assignment"
         if self.source == RECORDED:
             return f"the assignment the run recorded from {self.detail} (R/assignment.json)"
+        why = (
+            f"the recorded assignment unreadable ({self.detail})" if self.detail else "no recorded assignment"
+        )
         return (
-            "no recorded assignment: the replicas on disk and the partitions each broker's "
+            f"{why}: the replicas on disk and the partitions each broker's "
             "replication-offset-checkpoint lists (a replica lost with its checkpoint entry is invisible)"
         )
 
@@ -101,16 +107,23 @@ def offline_assignment(
     extents: Iterable[Mapping[str, Any]],
     checkpointed: Mapping[int, Iterable[TopicPartition]],
     notes: list[str],
+    skipped: SkippedInputs | None = None,
 ) -> Assignment:
     """Offline: the run's recorded assignment when it has one, else :func:`checkpoint_assignment`;
-    a note either way, naming the source and what it cannot see."""
+    a note either way, naming the source and what it cannot see. A record that exists but cannot
+    be read is the skipped input ``assignment`` (INCOMPLETE, :mod:`verify.inputs`): the
+    checkpoints stand in for what they can show, and cannot pass the replicas the record would
+    have listed."""
+    damaged = None
     try:
         recorded = read_assignment(report_dir)
     except AssignmentFileError as e:
         notes.append(
             f"offline: the recorded assignment cannot be used ({e}): falling back on the checkpoints"
         )
-        recorded = None
+        recorded, damaged = None, str(e)
+        if skipped is not None:
+            assignment_inputs(skipped, damaged)
     if recorded is not None:
         assignment = recorded_assignment(recorded, topics)
         when = (
@@ -125,4 +138,6 @@ def offline_assignment(
         "from the replicas on disk and the partitions each broker's replication-offset-checkpoint lists; a "
         "replica lost together with its broker's checkpoint entry (a replaced disk) is invisible"
     )
-    return checkpoint_assignment(extents, checkpointed)
+    assignment = checkpoint_assignment(extents, checkpointed)
+    assignment.detail = damaged or ""
+    return assignment

@@ -3,14 +3,17 @@ verification"): what the chaos run's consumer group consumed, committed and was 
 (:mod:`ledger.consumed`, ``R/consumed/``) held against the committed log and against the group
 protocol's own rules (Kafka's classic consumer group: JoinGroup/SyncGroup generations, the eager
 rebalance, OffsetCommit fenced by generation). They run when the report dir holds a consumer
-ledger (``chaos run --consumers N``); without one they are absent from the report, not zero.
+ledger (``chaos run --consumers N``); without one they are absent from the report, not zero,
+unless the run's own record (``R/run.json``, :mod:`verify.run_record`) says it had consumers:
+then the missing ledger is the skipped input ``consumer_ledger`` (INCOMPLETE).
 
 * ``group_missed`` (Spark, :func:`group_missed`): a record of the committed log that no member
   consumed in any generation: the group's at-least-once delivery, what a crash and the
   rebalance after it must not lose (per offset);
 * ``commit_went_backwards`` (pure, :func:`commit_went_backwards`): per partition, the group's
-  acknowledged commits in the order they were acknowledged (``time_ms``, then the writer's
-  ``seq``) never fall below an earlier one: a fenced member's stale commit or a member resuming
+  acknowledged commits in the order they were acknowledged (:mod:`verify.ledger_order`:
+  ``time_ms``, then the writer's ``seq`` for one member's; two members' of one millisecond are
+  unordered) never fall below an earlier one: a fenced member's stale commit or a member resuming
   from an old offset would (per commit below the highest before it);
 * ``consumed_value_mismatch`` (Spark, :func:`consumed_value_mismatch`): a consumed record whose
   value digest differs from the committed log's at its offset, or whose offset the committed
@@ -54,11 +57,13 @@ from ledger.consumed import (
 from verify.check_runner import Found
 from verify.checks import TP
 from verify.consumer_coverage import Seen, coverage
-from verify.consumer_ledger import check_totals, outside_assignment, read_consumer_rows
+from verify.consumer_ledger import CONSUMER_LEDGER_INPUT, check_totals, outside_assignment, read_consumer_rows
 from verify.group_checks import ROW_SENSITIVE, group_checks
 from verify.group_rules import GroupFacts
 from verify.inputs import SkippedInputs
+from verify.ledger_order import BestBefore
 from verify.report import CONSUMER_CHECKS
+from verify.run_record import RUN_FILE, RunRecord, read_run_record
 
 GROUP_MISSED, COMMIT_WENT_BACKWARDS, CONSUMED_VALUE_MISMATCH, OWNED_TWICE = CONSUMER_CHECKS[:4]
 ORDER = {GROUP_MISSED: [*TP, "offset"], CONSUMED_VALUE_MISMATCH: [*TP, "offset", "consumed_digest"]}
@@ -68,16 +73,18 @@ ORDER = {GROUP_MISSED: [*TP, "offset"], CONSUMED_VALUE_MISMATCH: [*TP, "offset",
 
 
 def commit_went_backwards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each acknowledged commit below the highest earlier commit of its partition, with that one.
-    ``rows``: consumer ledger rows (only ``committed`` ones are read)."""
+    """Each acknowledged commit below the highest commit of its partition before it
+    (:func:`verify.ledger_order.before`: two members' commits of one millisecond are unordered),
+    with that one. ``rows``: consumer ledger rows (only ``committed`` ones are read)."""
     by_partition: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         if row["kind"] == COMMITTED:
             by_partition[(row["topic"], row["partition"])].append(row)
     found: list[dict[str, Any]] = []
     for (topic, partition), commits in sorted(by_partition.items()):
-        highest: Mapping[str, Any] | None = None
-        for c in sorted(commits, key=lambda r: (r["time_ms"], r["seq"])):
+        earlier = BestBefore(commits, lambda r: r["offset"])
+        for c in earlier.facts:
+            highest = earlier.best(c)
             if highest is not None and c["offset"] < highest["offset"]:
                 found.append(
                     {
@@ -93,8 +100,6 @@ def commit_went_backwards(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, A
                         "previous_time_ms": highest["time_ms"],
                     }
                 )
-            if highest is None or c["offset"] >= highest["offset"]:
-                highest = c
     return found
 
 
@@ -206,6 +211,7 @@ def check_consumers(
     rows, coverage and skips to ``found``, their notes to ``notes`` and a consumer ledger that
     disagrees with its closing totals to ``skipped_inputs``."""
     if not consumer_ledger_present(report_dir):
+        _no_ledger(report_dir, read_run_record(report_dir), notes, skipped_inputs)
         return
     said, skip_missed = ledger_notes(report_dir)
     notes.extend(said)
@@ -278,6 +284,27 @@ def check_consumers(
         **read,
     )
     found.coverage.update(coverage(seen))
+
+
+def _no_ledger(
+    report_dir: Path, run: RunRecord, notes: list[str], skipped_inputs: SkippedInputs | None
+) -> None:
+    """No consumer ledger: nothing to check unless the run's own record (``R/run.json``) says it
+    had consumers, in which case the ledger it wrote is a skipped input (the consumer checks did
+    not run: INCOMPLETE)."""
+    if run.problem is not None:
+        notes.append(f"{run.problem}: whether the run had a consumer group cannot be told")
+    if not run.consumers:
+        return
+    why = (
+        f"{Path(report_dir) / RUN_FILE} says the run had a consumer group of {run.consumers} member(s) "
+        f"(settings.consumers), but there is no consumer ledger ({Path(report_dir) / CONSUMED_DIR}): "
+        "none of the consumer checks ran"
+    )
+    if skipped_inputs is not None:
+        skipped_inputs.skip(CONSUMER_LEDGER_INPUT, why, None)
+    else:
+        notes.append(why)
 
 
 def _record(

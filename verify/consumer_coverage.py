@@ -57,9 +57,10 @@ def coverage(seen: Seen) -> dict[str, str]:
             "its member was killed before recording"
         ),
         "resumed_below_commit": (
-            f"the lowest consumed offset of {seen.assignments} assignment(s) against the highest of "
-            f"{seen.commits} acknowledged commit(s) before each; cannot see an owner that consumed "
-            "nothing"
+            f"{consumed} of {seen.assignments} assignment(s), each against the highest of "
+            f"{seen.commits} acknowledged commit(s) before its assignment and its own before it "
+            "(two members' facts of one millisecond unordered); cannot see an owner that consumed "
+            "nothing, nor a rewind above every commit"
         ),
         "fenced_commit_accepted": (
             f"{seen.commits} acknowledged commit(s) against the assignments of {seen.generations} "

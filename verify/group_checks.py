@@ -5,8 +5,9 @@ whether each member's position moved past a record it never returned. The rules 
 :mod:`verify.group_rules` (pure); the aggregations of the consumed rows they read are
 :mod:`verify.group_delivery` (Spark).
 
-* ``resumed_below_commit`` - an owner started (its lowest consumed offset of the assignment)
-  below the highest commit acknowledged for the partition before its assignment;
+* ``resumed_below_commit`` - an owner consumed a record below a commit acknowledged before it:
+  the highest commit of the partition before its assignment (it resumed below it), or one of
+  its own (its position went back within the assignment);
 * ``fenced_commit_accepted`` - a commit acknowledged under a generation older than the
   partition's newest assignment then (the coordinator should have answered ILLEGAL_GENERATION);
 * ``consumed_unassigned`` - records consumed in a generation whose assignment of the member does
@@ -58,23 +59,29 @@ def group_checks(
     rows = gd.labelled(spark, consumed, facts, unlabelled)
     bounds = gd.log_bounds(committed)
     stats = gd.assignment_stats(spark, rows, bounds)
-    found: dict[str, list[dict[str, Any]]] = {
-        RESUMED_BELOW_COMMIT: gr.resumed_below_commit(facts, stats),
-        FENCED_COMMIT_ACCEPTED: gr.fenced_commit_accepted(facts),
-    }
     read = {
         "assignments": sum(1 for s in stats if gr.key_of(s) in facts.assignments),
         "gapped_partitions": sum(1 for b in bounds.values() if not b.gapless),
         "probes": 0,
     }
+    ahead = None
+    if COMMIT_AHEAD_OF_CONSUMED not in skip:
+        probes = gr.commit_probes(facts, bounds)
+        read["probes"] = len(probes)
+        ahead = _commit_ahead(spark, rows, committed, probes, row_cap)
+    # A commit ahead of what its member consumed is no position it had: reading below it
+    # afterwards is that commit's fault (commit_ahead_of_consumed), not a position going back.
+    steps = gr.resume_steps(facts, {(gr.key_of(r), r["seq"]) for r in ahead or []})
+    found: dict[str, list[dict[str, Any]]] = {
+        RESUMED_BELOW_COMMIT: gr.resumed_below_commit(facts, gd.below_commit(spark, rows, steps)),
+        FENCED_COMMIT_ACCEPTED: gr.fenced_commit_accepted(facts),
+    }
     if CONSUMED_UNASSIGNED not in skip:
         found[CONSUMED_UNASSIGNED] = gr.consumed_unassigned(facts, stats, outside_assignment)
     if POSITION_SKIPPED not in skip:
         found[POSITION_SKIPPED] = _position_skipped(spark, rows, committed, facts, stats)
-    if COMMIT_AHEAD_OF_CONSUMED not in skip:
-        probes = gr.commit_probes(facts, bounds)
-        read["probes"] = len(probes)
-        found[COMMIT_AHEAD_OF_CONSUMED] = _commit_ahead(spark, rows, committed, probes, row_cap)
+    if ahead is not None:
+        found[COMMIT_AHEAD_OF_CONSUMED] = ahead
     return found, read
 
 

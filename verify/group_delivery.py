@@ -8,6 +8,8 @@ per probe, which :mod:`verify.group_rules` then judges in the driver.
   generation -1 (the member's heartbeat or commit was fenced, which resets Kafka's consumer's
   generation, while it still held its partitions: they stay assigned until the next poll's
   onJoinPrepare gives them up as lost) belongs to the generation the member last joined;
+* :func:`below_commit` - per assignment, the first record it consumed below a commit
+  acknowledged before it (``resumed_below_commit``);
 * :func:`log_bounds` - per partition the committed log's lowest and highest offset and its
   record count (whether it has gaps: compaction, control batches);
 * :func:`assignment_stats` - per assignment its lowest and highest consumed offset, its record
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ledger.consumed import CONSUMED, NO_GENERATION
@@ -45,10 +47,10 @@ def _small(spark: Any, rows: Sequence[tuple[Any, ...]], ddl: str) -> DataFrame:
 
 
 def labelled(spark: Any, consumed: DataFrame, facts: GroupFacts, unlabelled: int) -> DataFrame:
-    """``(member, generation, topic, partition, offset, seq)`` of each consumed record, its
+    """``(member, generation, topic, partition, offset, seq, time_ms)`` of each consumed record, its
     generation -1 replaced by the one its member last joined before it (``unlabelled``: how many
     rows have -1; with none the rows are read as they are)."""
-    rows = consumed.where(F.col("kind") == CONSUMED).select(*KEYS, "offset", "seq")
+    rows = consumed.where(F.col("kind") == CONSUMED).select(*KEYS, "offset", "seq", "time_ms")
     if not unlabelled:
         return rows
     joins = [(m, seq, g) for m, joined in facts.joined.items() for seq, g in joined]
@@ -58,7 +60,7 @@ def labelled(spark: Any, consumed: DataFrame, facts: GroupFacts, unlabelled: int
     lost = rows.where(F.col("generation") == NO_GENERATION)
     resolved = (
         lost.join(joined, (F.col("member") == F.col("j_member")) & (F.col("j_seq") < F.col("seq")), "left")
-        .groupBy("member", "topic", "partition", "offset", "seq")
+        .groupBy("member", "topic", "partition", "offset", "seq", "time_ms")
         .agg(F.max("j_generation").alias("joined"))
         .select(
             "member",
@@ -67,9 +69,64 @@ def labelled(spark: Any, consumed: DataFrame, facts: GroupFacts, unlabelled: int
             "partition",
             "offset",
             "seq",
+            "time_ms",
         )
     )
     return rows.where(F.col("generation") != NO_GENERATION).unionByName(resolved)
+
+
+def below_commit(spark: Any, rows: DataFrame, steps: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Per assignment, the first consumed record (in time) below a commit acknowledged before it:
+    ``(member, generation, topic, partition, time_ms, seq, offset, commit_offset)``. ``steps``
+    (:func:`verify.group_rules.resume_steps`, small) are per assignment ``(time_ms, seq,
+    offset)`` of the commits its records must not go below once acknowledged.
+
+    Cheap on millions of rows, and nothing collected but the findings: the records are reduced
+    to one row per assignment and millisecond (its lowest offset), each held against the highest
+    step of an earlier millisecond by a window over those few rows and the steps; a step of the
+    same millisecond (the member's own commit, ordered by ``seq``) is met by a broadcast
+    equi-join on (assignment, millisecond), which only such records pass."""
+    if not steps:
+        return []
+    s = _small(
+        spark,
+        steps,
+        "member string, generation int, topic string, partition int, time_ms bigint, c_seq bigint, "
+        "c_offset bigint",
+    )
+    mine = rows.join(s.select(*KEYS).distinct(), KEYS, "left_semi")
+    late = (F.col("seq") > F.col("c_seq")) & (F.col("offset") < F.col("c_offset"))
+    polls = (
+        mine.join(s, [*KEYS, "time_ms"], "left")
+        .groupBy(*KEYS, "time_ms")
+        .agg(
+            F.min(F.struct("offset", "seq")).alias("lowest"),
+            F.min(F.when(late, F.struct("offset", "seq", "c_offset"))).alias("tie"),
+        )
+        .withColumn("c_offset", F.lit(None).cast("bigint"))
+    )
+    marks = s.select(
+        *KEYS,
+        "time_ms",
+        F.lit(None).cast(polls.schema["lowest"].dataType).alias("lowest"),
+        F.lit(None).cast(polls.schema["tie"].dataType).alias("tie"),
+        "c_offset",
+    )
+    # the highest step of an earlier millisecond, over the per-millisecond rows and the steps
+    frame = Window.partitionBy(*KEYS).orderBy("time_ms").rangeBetween(Window.unboundedPreceding, -1)
+    judged = polls.unionByName(marks).withColumn("prior", F.max("c_offset").over(frame))
+    earlier = F.col("lowest.offset") < F.col("prior")
+    bad = judged.where(F.col("lowest").isNotNull() & (earlier | F.col("tie").isNotNull())).select(
+        *KEYS,
+        F.struct(
+            "time_ms",
+            F.when(earlier, F.col("lowest.seq")).otherwise(F.col("tie.seq")).alias("seq"),
+            F.when(earlier, F.col("lowest.offset")).otherwise(F.col("tie.offset")).alias("offset"),
+            F.when(earlier, F.col("prior")).otherwise(F.col("tie.c_offset")).alias("commit_offset"),
+        ).alias("f"),
+    )
+    first = bad.groupBy(*KEYS).agg(F.min("f").alias("f"))
+    return [{**{k: r[k] for k in KEYS}, **r["f"].asDict()} for r in first.collect()]
 
 
 def log_bounds(committed: DataFrame) -> dict[TopicPartition, Bounds]:

@@ -8,13 +8,19 @@ topic, partition)``, as Kafka's classic protocol hands it out (SyncGroup, then t
 ConsumerRebalanceListener's ``onPartitionsAssigned``: the ledger's ``assigned`` row). It ends
 where the member's next generation begins (its next ``assigned`` rows) or with the member; the
 ledger records no revoke, and needs none: every fact carries the generation it happened in.
-"Before" is the ledger's order, ``(time_ms, seq)``, as :func:`verify.consumer_checks.commit_went_backwards`
-orders commits.
+"Before" is :func:`verify.ledger_order.before`: ``(time_ms, seq)`` for one member's facts,
+``time_ms`` alone for two members' (two of one millisecond are unordered), as
+:func:`verify.consumer_checks.commit_went_backwards` orders commits too.
 
-* :func:`resumed_below_commit` - an owner whose lowest consumed offset of an assignment is below
-  the highest commit the coordinator acknowledged for that partition before the assignment: the
-  group resumed below an acknowledged commit (OffsetFetch answered an offset the coordinator had
-  lost; Kafka's consumer resets to ``auto.offset.reset`` only when there is no commit at all);
+* :func:`resume_steps` / :func:`resumed_below_commit` - a consumed record below a commit
+  acknowledged for its partition before it was consumed: the highest commit before the
+  assignment began (the group resumed below it: OffsetFetch answered an offset the coordinator
+  had lost; Kafka's consumer resets to ``auto.offset.reset`` only when there is no commit at
+  all), or one of the assignment's own (its position went back: Kafka's consumer moves a
+  position only forward within an assignment, ``SubscriptionState.position``, and resets it only
+  on OFFSET_OUT_OF_RANGE, which a correct broker never answers at or below the HW). A commit
+  of another member during the assignment is not one of them: acknowledged from an older
+  generation it is :func:`fenced_commit_accepted`'s;
 * :func:`fenced_commit_accepted` - a commit acknowledged under a generation older than the
   partition's newest assignment at its acknowledgement: the coordinator should have refused it
   with ILLEGAL_GENERATION (Kafka's GroupCoordinator fences OffsetCommit by generation);
@@ -32,19 +38,20 @@ orders commits.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 from ledger.consumed import ASSIGNED, COMMITTED, NO_PARTITION
+from verify.ledger_order import BestBefore
 
 Key = tuple[str, int, str, int]  # an assignment: (member, generation, topic, partition)
 TopicPartition = tuple[str, int]
 Order = tuple[int, int]  # (time_ms, seq): the ledger's order of facts
 KEY_COLUMNS = ("member", "generation", "topic", "partition")
+#: The time of a step before every fact (:func:`resume_steps`: the commit handed to an assignment).
+BEFORE_ALL = -(2**62)
 
 
 def key_of(row: Mapping[str, Any]) -> Key:
@@ -71,12 +78,12 @@ class Bounds:
 
 class GroupFacts:
     """The assignments and commits of the consumer ledger (its ``assigned`` and ``committed``
-    rows), indexed for the rules below."""
+    rows), indexed for the rules below; "before" is :func:`verify.ledger_order.before`."""
 
     def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
         #: each assignment's first ``assigned`` row, in the ledger's order
-        self.assignments: dict[Key, Order] = {}
-        assigned: dict[TopicPartition, list[tuple[Order, int, str]]] = defaultdict(list)
+        self.assignments: dict[Key, Mapping[str, Any]] = {}
+        assigned: dict[TopicPartition, list[Mapping[str, Any]]] = defaultdict(list)
         commits: dict[TopicPartition, list[Mapping[str, Any]]] = defaultdict(list)
         joined: dict[str, set[tuple[int, int]]] = defaultdict(set)
         for row in rows:
@@ -87,66 +94,90 @@ class GroupFacts:
                 joined[row["member"]].add((row["seq"], row["generation"]))
                 if row["partition"] != NO_PARTITION:
                     key = key_of(row)
-                    self.assignments[key] = min(self.assignments.get(key, order_of(row)), order_of(row))
-                    assigned[tp].append((order_of(row), row["generation"], row["member"]))
-        #: per partition: (order, generation, member) of each assignment, in the ledger's order
-        self.assigned = {tp: sorted(a) for tp, a in assigned.items()}
-        #: per partition: its acknowledged commits, in the ledger's order
-        self.commits = {tp: sorted(c, key=order_of) for tp, c in commits.items()}
+                    first = self.assignments.get(key)
+                    if first is None or order_of(row) < order_of(first):
+                        self.assignments[key] = row
+                    assigned[tp].append(row)
+        #: per partition: its ``assigned`` rows, by the highest generation before a fact
+        self.assigned = {tp: BestBefore(a, lambda r: r["generation"]) for tp, a in assigned.items()}
+        #: per partition: its acknowledged commits, by the highest offset before a fact
+        self.commits = {tp: BestBefore(c, lambda r: r["offset"]) for tp, c in commits.items()}
         #: per member: (seq, generation) of each generation it joined (empty assignments too)
         self.joined = {m: sorted(j) for m, j in joined.items()}
-        # per partition: the commits' orders and the highest commit up to each; the assignments'
-        # orders and the newest generation up to each (for handed and newest_generation)
-        self._commit_orders = {tp: [order_of(c) for c in cs] for tp, cs in self.commits.items()}
-        self._highest = {
-            tp: list(accumulate(cs, lambda best, c: c if c["offset"] > best["offset"] else best))
-            for tp, cs in self.commits.items()
-        }
-        self._assigned_orders = {tp: [o for o, _, _ in a] for tp, a in self.assigned.items()}
-        self._newest = {tp: list(accumulate((g for _, g, _ in a), max)) for tp, a in self.assigned.items()}
 
     @classmethod
     def of(cls, rows: Iterable[Mapping[str, Any]]) -> GroupFacts:
         return cls(rows)
 
-    def handed(self, tp: TopicPartition, before: Order) -> Mapping[str, Any] | None:
-        """The highest commit of ``tp`` acknowledged before ``before`` (the earliest of equals)."""
-        i = bisect_left(self._commit_orders.get(tp, []), before)
-        return self._highest[tp][i - 1] if i else None
+    def handed(self, tp: TopicPartition, at: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The highest commit of ``tp`` acknowledged before the fact ``at`` (the earliest of equals)."""
+        commits = self.commits.get(tp)
+        return commits.best(at) if commits is not None else None
 
-    def newest_generation(self, tp: TopicPartition, before: Order) -> int | None:
-        """The newest generation that assigned ``tp`` before ``before`` (None: none yet)."""
-        i = bisect_left(self._assigned_orders.get(tp, []), before)
-        return self._newest[tp][i - 1] if i else None
+    def newest_generation(self, tp: TopicPartition, at: Mapping[str, Any]) -> int | None:
+        """The newest generation that assigned ``tp`` before the fact ``at`` (None: none yet)."""
+        assigned = self.assigned.get(tp)
+        newest = assigned.best(at) if assigned is not None else None
+        return None if newest is None else int(newest["generation"])
 
 
 # -- the rules ------------------------------------------------------------------------------------
 
 
-def resumed_below_commit(facts: GroupFacts, stats: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each assignment whose lowest consumed offset (``stats``' ``first_offset``) is below the
-    highest commit acknowledged for its partition before the assignment, with that commit."""
+def resume_steps(
+    facts: GroupFacts, ahead: Collection[tuple[Key, int]] = ()
+) -> list[tuple[str, int, str, int, int, int, int]]:
+    """What each assignment's consumed records must not go below, as steps in time for
+    :func:`verify.group_delivery.below_commit`: ``(member, generation, topic, partition,
+    time_ms, seq, offset)``, the highest commit acknowledged before the assignment (at
+    :data:`BEFORE_ALL`) and each of the assignment's own acknowledged commits but those
+    ``ahead`` of what it had consumed (``(assignment, seq)``: commit_ahead_of_consumed's, no
+    position the member had)."""
+    steps = []
+    for key, at in sorted(facts.assignments.items()):
+        tp = (key[2], key[3])
+        handed = facts.handed(tp, at)
+        if handed is not None:
+            steps.append((*key, BEFORE_ALL, -1, int(handed["offset"])))
+        commits = facts.commits.get(tp)
+        for c in commits.facts if commits is not None else []:
+            if key_of(c) == key and (key, c["seq"]) not in ahead:
+                steps.append((*key, int(c["time_ms"]), int(c["seq"]), int(c["offset"])))
+    return steps
+
+
+def resumed_below_commit(facts: GroupFacts, below: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per assignment that consumed a record below a commit acknowledged before it (``below``:
+    :func:`verify.group_delivery.below_commit`'s first such record of each assignment), with that
+    commit: the one handed to the assignment, or one of its own."""
     found = []
-    for s in stats:
-        at = facts.assignments.get(key_of(s))
+    for b in below:
+        key = key_of(b)
+        at = facts.assignments.get(key)
         if at is None:
             continue  # consumed_unassigned's
-        prior = facts.handed((s["topic"], s["partition"]), at)
-        if prior is not None and s["first_offset"] < prior["offset"]:
-            found.append(
-                {
-                    "topic": s["topic"],
-                    "partition": s["partition"],
-                    "member": s["member"],
-                    "generation": s["generation"],
-                    "first_offset": s["first_offset"],
-                    "assigned_time_ms": at[0],
-                    "commit_offset": prior["offset"],
-                    "commit_member": prior["member"],
-                    "commit_generation": prior["generation"],
-                    "commit_time_ms": prior["time_ms"],
-                }
-            )
+        tp = (b["topic"], b["partition"])
+        handed = facts.handed(tp, at)
+        commit = handed
+        if handed is None or handed["offset"] != b["commit_offset"]:
+            consumed = {"member": b["member"], "time_ms": b["time_ms"], "seq": b["seq"]}
+            own = [c for c in facts.commits[tp].before(consumed) if key_of(c) == key]
+            commit = next(c for c in own if c["offset"] == b["commit_offset"])
+        assert commit is not None
+        found.append(
+            {
+                "topic": b["topic"],
+                "partition": b["partition"],
+                "member": b["member"],
+                "generation": b["generation"],
+                "first_offset": b["offset"],
+                "assigned_time_ms": at["time_ms"],
+                "commit_offset": commit["offset"],
+                "commit_member": commit["member"],
+                "commit_generation": commit["generation"],
+                "commit_time_ms": commit["time_ms"],
+            }
+        )
     return sorted(found, key=lambda r: (r["topic"], r["partition"], r["generation"], r["member"]))
 
 
@@ -155,11 +186,11 @@ def fenced_commit_accepted(facts: GroupFacts) -> list[dict[str, Any]]:
     assignment before the acknowledgement, with that assignment's generation and members."""
     found = []
     for (topic, partition), commits in sorted(facts.commits.items()):
-        assigned = facts.assigned.get((topic, partition), [])
-        for c in commits:
-            current = facts.newest_generation((topic, partition), order_of(c))
-            if current is not None and c["generation"] < current:
-                owners = [(o, m) for o, g, m in assigned if g == current and o < order_of(c)]
+        assigned = facts.assigned.get((topic, partition))
+        for c in commits.facts:
+            current = facts.newest_generation((topic, partition), c)
+            if current is not None and assigned is not None and c["generation"] < current:
+                owners = [a for a in assigned.before(c) if a["generation"] == current]
                 found.append(
                     {
                         "topic": topic,
@@ -169,8 +200,8 @@ def fenced_commit_accepted(facts: GroupFacts) -> list[dict[str, Any]]:
                         "offset": c["offset"],
                         "time_ms": c["time_ms"],
                         "current_generation": current,
-                        "current_members": sorted({m for _, m in owners}),
-                        "current_time_ms": min(o for o, _ in owners)[0],
+                        "current_members": sorted({a["member"] for a in owners}),
+                        "current_time_ms": min(a["time_ms"] for a in owners),
                     }
                 )
     return found
@@ -233,7 +264,7 @@ def commit_probes(facts: GroupFacts, bounds: Mapping[TopicPartition, Bounds]) ->
     probes = []
     for tp, commits in sorted(facts.commits.items()):
         b = bounds.get(tp)
-        for c in commits:
+        for c in commits.facts:
             key = key_of(c)
             at = facts.assignments.get(key)
             prior = facts.handed(tp, at) if at is not None else None

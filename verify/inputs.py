@@ -19,8 +19,18 @@ The inputs, and the flag (``floodmark verify --allow-...``) that allows each:
   more rows, of any kind, than its closing record counts (:mod:`verify.consumer_ledger`); no flag;
 * ``hw_checkpoints`` - a log dir with replicas but no readable ``replication-offset-checkpoint``:
   hw_above_leo cannot see its replicas, and offline its HWs are unknown: ``--allow-missing-checkpoints``;
+* ``log_start_checkpoints`` - a log dir with replicas whose ``log-start-offset-checkpoint``
+  exists but cannot be read (a missing one is a broker that has not written it yet, every
+  ``log.flush.start.offset.checkpoint.interval.ms``, and reads as each replica's first segment):
+  its replicas' log starts are unknown, so offline the records below them may count as
+  committed: ``--allow-missing-checkpoints``;
 * ``log_dirs`` - brokers that the assignment in the metadata lists for a replica but whose log
-  dirs were not given: their replicas were not read: ``--allow-missing-log-dirs``.
+  dirs were not given: their replicas were not read: ``--allow-missing-log-dirs``;
+* ``assignment`` - the run recorded its assignment (``R/assignment.json``) but the file cannot be
+  read: replica_incomplete falls back on the checkpoints, which cannot see a replica lost with
+  its checkpoint entry (:mod:`verify.assignment`); no flag;
+* ``consumer_ledger`` (again) - no consumer ledger although the run's ``R/run.json`` says it had
+  consumers (:mod:`verify.run_record`): none of the consumer checks ran; no flag.
 """
 
 from __future__ import annotations
@@ -136,6 +146,26 @@ def checkpoint_inputs(skipped: SkippedInputs, missing: list[str]) -> None:
             "; ".join(missing) + ": hw_above_leo cannot see these replicas",
             MISSING_CHECKPOINTS,
         )
+
+
+def log_start_checkpoint_inputs(skipped: SkippedInputs, unreadable: list[str]) -> None:
+    if unreadable:
+        skipped.skip(
+            "log_start_checkpoints",
+            "; ".join(unreadable)
+            + ": these replicas' log start offsets are unknown (read as their first segment's base), so "
+            "records below them may count as committed",
+            MISSING_CHECKPOINTS,
+        )
+
+
+def assignment_inputs(skipped: SkippedInputs, problem: str) -> None:
+    skipped.skip(
+        "assignment",
+        f"the run's recorded assignment cannot be read ({problem}): replica_incomplete falls back on the "
+        "checkpoints, which cannot see a replica lost together with its checkpoint entry",
+        None,
+    )
 
 
 def log_dir_inputs(skipped: SkippedInputs, assigned: Iterable[int], read: Iterable[int]) -> None:

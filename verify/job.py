@@ -26,8 +26,10 @@ when the report dir holds a consumer ledger ``R/consumed/``, the consumer group'
 ``R/verification.json``, ``R/summary.md`` and ``R/timeline.png`` and returns a
 :class:`verify.report.Result`, ``ok`` only when every check ran over every input and found
 nothing: an input it could not read in full (no ledger or nothing acknowledged, an unclosed or
-damaged ledger, a missing HW checkpoint, an assigned broker's log dir not given) makes it
-INCOMPLETE unless ``allow`` names it (:mod:`verify.inputs`). Against a cluster, the
+damaged ledger, a missing HW checkpoint or an unreadable log-start one, an assigned broker's log
+dir not given, a recorded assignment that cannot be read, no consumer ledger from a run whose
+``R/run.json`` says it had consumers) makes it INCOMPLETE unless ``allow`` names it
+(:mod:`verify.inputs`). Against a cluster, the
 assignment comes from the metadata; offline from the run's recorded one, else from the brokers'
 checkpoints (:mod:`verify.assignment`, never inferred from the surviving replicas). The replica
 checks (divergent, hw_above_leo, epoch_cache_inconsistent) need ``log_dirs``: without them they are skipped and the verdict is
@@ -40,7 +42,7 @@ the throughput JVM with Spark's defaults above. Around that size the two took ab
 here; far below it fast-start wins, far above throughput does (docs/benchmarks.md,
 "Verification cost").
 
-The steps, one function each: the session (:func:`_session`), the ledger
+The steps, one function each: the session (:func:`verify.session_choice.choose_session`), the ledger
 (:func:`_read_ledger`), the high watermarks, replicas and committed log (:func:`_read_logs`),
 the input counts (:func:`_counts`), the checks, the timeline, the report (:func:`_report`).
 
@@ -51,7 +53,6 @@ values by design, so the duplicate check means nothing there).
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import time
@@ -62,21 +63,29 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from ledger.columnar import inspect as inspect_chunks
 from ledger.consumed import consumer_ledger_present
-from ledger.format import EVENTS_FILE, LEDGER_DIR, LEDGER_FILE, ledger_form, read_events
+from ledger.format import EVENTS_FILE, ledger_form, read_events
 from verify import checks, replica_checks, staging
 from verify.assignment import METADATA, Assignment, offline_assignment
 from verify.check_runner import Found, Frames, coverage, run_checks
 from verify.consumer_checks import check_consumers
-from verify.inputs import LedgerFacts, SkippedInputs, checkpoint_inputs, ledger_inputs, log_dir_inputs
+from verify.inputs import (
+    LedgerFacts,
+    SkippedInputs,
+    checkpoint_inputs,
+    ledger_inputs,
+    log_dir_inputs,
+    log_start_checkpoint_inputs,
+)
 from verify.ledger_frame import acks_and_errors, ledger_entries, ledger_facts
 from verify.offline_hw import offline_bounds
 from verify.progress import Timings
 from verify.replicas import Inventory, list_replicas, split_log_dirs
 from verify.report import TIMELINE_FILE, Result, verdict_line, write_report, write_summary
+from verify.run_record import read_run_record
 from verify.scan_facts import read_facts
-from verify.session import DEFAULT_MASTER, SMALL_INPUT_CONF, SMALL_INPUT_SHUFFLE_PARTITIONS, build_session
+from verify.session import DEFAULT_MASTER
+from verify.session_choice import FAST_START_MAX_INPUT_BYTES, choose_session, input_bytes
 from verify.sources import (
     NARROW_COMMITTED_DDL,
     NARROW_SEGMENTS_DDL,
@@ -87,8 +96,6 @@ from verify.sources import (
 from verify.timeline import plot_run
 
 DEFAULT_ROW_CAP = 100
-#: Input size (ledger + segments) up to which the fast-start JVM is the faster choice.
-FAST_START_MAX_INPUT_BYTES = 32 * 1024 * 1024
 #: Under the report dir: the inputs staged as Parquet while the job runs (verify/staging.py).
 STAGE_DIR = ".verify-staging"
 Progress = Callable[[str], None]
@@ -118,7 +125,7 @@ def run_verification(
     ``fast_start`` picks the settings of a session the job builds itself
     (:func:`verify.session.build_session`): True is the fast-start JVM with the small-input
     Spark settings, False the throughput JVM with Spark's defaults, None chooses by the size of
-    the input (below :data:`FAST_START_MAX_INPUT_BYTES` of ledger and segments: fast-start)."""
+    the input (below :data:`verify.session_choice.FAST_START_MAX_INPUT_BYTES` of ledger and segments: fast-start)."""
     report_dir = Path(report_dir)
     dirs = split_log_dirs(log_dirs)
     if not bootstrap and not dirs:
@@ -129,7 +136,7 @@ def run_verification(
     progress_dir = tempfile.mkdtemp(prefix="floodmark-verify-progress-")
     timings = Timings(say if progress else None, progress_dir)
     small_input = input_bytes(report_dir, dirs) < FAST_START_MAX_INPUT_BYTES
-    spark, owned, jvm = _session(spark, master, fast_start, small_input, say, timings)
+    spark, owned, jvm = choose_session(spark, master, fast_start, small_input, say, timings)
     timings.spark = spark
     try:
         run = _Run(
@@ -155,53 +162,6 @@ def run_verification(
             spark.stop()
         else:
             spark.catalog.clearCache()  # leave a borrowed session as we found it
-
-
-def _session(
-    spark: Any, master: str, fast_start: bool | None, small_input: bool, say: Progress, timings: Timings
-) -> tuple[Any, bool, str]:
-    """(session, whether the job owns it, which JVM): the caller's active one if any, else one
-    built here (see the module docstring)."""
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()  # inside a test or a notebook: use theirs, leave it running
-    if spark is not None:
-        from verify.sources import register
-
-        register(spark)
-        return spark, False, "the caller's session"
-    say(f"starting Spark ({master})")
-    with timings.measure("spark_start"):
-        if fast_start is None:
-            # the fast-start JVM wins below the line, the throughput JVM above it
-            # (docs/benchmarks.md "Verification cost")
-            fast_start = small_input
-        say(f"session settings: {'small input, fast-start JVM' if fast_start else 'throughput JVM'}")
-        if fast_start:
-            spark = build_session(
-                master,
-                fast_start=True,
-                shuffle_partitions=SMALL_INPUT_SHUFFLE_PARTITIONS,
-                extra_conf=SMALL_INPUT_CONF,
-            )
-        else:
-            spark = build_session(master)
-    return spark, True, "fast-start" if fast_start else "throughput"
-
-
-def input_bytes(report_dir: Path, log_dirs: Sequence[str]) -> int:
-    """The ledger's size (either form) plus every segment file's in the log dirs (a stat each,
-    nothing read)."""
-    total = 0
-    for path in [
-        report_dir / LEDGER_FILE,
-        *inspect_chunks(report_dir / LEDGER_DIR).chunks,
-        *(p for d in log_dirs for p in Path(d).glob("*-*/*.log")),
-    ]:
-        with contextlib.suppress(OSError):
-            total += path.stat().st_size
-    return total
 
 
 @dataclass
@@ -246,16 +206,19 @@ class _Run:
 
 
 def _run(run: _Run) -> Result:
+    run.notes.extend(read_run_record(run.report_dir).retention_notes())  # R/run.json's retention
     acks, errors = _read_ledger(run)
     frames = _read_logs(run, acks, errors)
     counts, errors_by_name = _counts(run, frames, errors)
     found = run_checks(
         frames, run.keep, run.row_cap, run.small_input, run.say, lambda name: run.timings.measure(name)
     )
+    args = (run.topics, frames.committed, counts["committed"], found, run.notes, run.row_cap, run.say)
     if consumer_ledger_present(run.report_dir):  # chaos run --consumers N: R/consumed/
         with run.timings.measure("consumer_checks"):
-            args = (run.topics, frames.committed, counts["committed"], found, run.notes, run.row_cap, run.say)
             check_consumers(run.spark, run.report_dir, *args, run.skipped_inputs)
+    else:  # nothing to check, unless R/run.json says the run had consumers (verify/run_record.py)
+        check_consumers(run.spark, run.report_dir, *args, run.skipped_inputs)
     counts.update(found.counts)
     for name, seconds in found.timings.items():
         run.timings[name] = seconds
@@ -282,6 +245,7 @@ def _read_ledger(run: _Run) -> tuple[Any, Any]:
     run.ledger = ledger_facts(run.report_dir, stats, run.topics)
     ledger_inputs(run.skipped_inputs, run.ledger)
     checkpoint_inputs(run.skipped_inputs, run.inventory.missing_hw_checkpoints)
+    log_start_checkpoint_inputs(run.skipped_inputs, run.inventory.unreadable_log_start_checkpoints)
     return acks, errors
 
 
@@ -304,7 +268,7 @@ def _read_logs(run: _Run, acks: Any, errors: Any) -> Frames:
         if assigned is not None:
             frames.assignment = Assignment(METADATA, assigned)
         else:
-            args = (frames.extent_rows, run.inventory.checkpointed, run.notes)
+            args = (frames.extent_rows, run.inventory.checkpointed, run.notes, run.skipped_inputs)
             frames.assignment = offline_assignment(run.report_dir, run.topics, *args)
         if frames.assignment.exact:
             assigned_brokers = {b for rs in frames.assignment.replicas.values() for b in rs}

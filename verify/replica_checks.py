@@ -10,8 +10,11 @@ truncation after a failover reads: KIP-101, KIP-279).
   the cluster's metadata, or offline the run's recorded one, else what the brokers'
   checkpoints list) but absent from its broker's log dir; starting above the committed log's log
   start offset (the committed records below its own log start are not on it: an election of its
-  broker loses them; Kafka's follower takes the leader's log start, never a higher one of its
-  own); holding less than the high watermark (its log end offset below it: committed records
+  broker loses them. Kafka runs retention on every log a broker hosts, a follower's too, each on
+  its own schedule, so a follower may legitimately start above its leader; but the runs this job
+  verifies keep retention at Kafka's 7-day default for runs of minutes, so there a higher log
+  start is records lost by a bug, not by retention, and a run with retention on is not
+  verifiable: :mod:`verify.run_record` names a retention override short enough to have run); holding less than the high watermark (its log end offset below it: committed records
   lost, whatever its own HW checkpoint says, since the broker lowers that with the log when it
   truncates); or holding segment bytes that frame no batch in a segment other than the last
   (everything after them is unread). Offline the HW is the highest any replica checkpointed,
@@ -39,6 +42,9 @@ from verify.checks import REPLICA
 from verify.replicas import HIGH_WATERMARK_CHECKPOINT
 
 _ENTRIES = "array<struct<epoch:int,start_offset:bigint>>"
+#: Why a replica starting above the committed log's start has lost committed records, though
+#: Kafka runs retention on followers too (docs/guarantees.md "The proof").
+NO_RETENTION = "no retention deletes within a verified run (retention.ms 7 days); a run with retention on is not verifiable"
 TopicPartition = tuple[str, int]
 
 
@@ -90,7 +96,7 @@ def _behind(
     if start is not None and own_start is not None and start < own_start and start < target:
         reason = (
             f"log start offset {own_start} above the committed log's log start offset {start}: "
-            f"committed records {start}..{min(own_start, target) - 1} missing"
+            f"committed records {start}..{min(own_start, target) - 1} missing: {NO_RETENTION}"
         )
         rows.append(_row(r["broker"], tp, r["leo"], hw, reason, own_start))
     if r["leo"] < target:
@@ -213,17 +219,41 @@ def epoch_checkpoints(spark: Any, replicas: Any) -> DataFrame:
             r.partition,
             None if r.epoch_entries is None else [list(e) for e in r.epoch_entries],
             r.epoch_error,
+            r.log_start_unknown,
         )
         for r in replicas
     ]
     return spark.createDataFrame(
-        rows, f"broker int, topic string, partition int, checkpoint {_ENTRIES}, checkpoint_error string"
+        rows,
+        f"broker int, topic string, partition int, checkpoint {_ENTRIES}, checkpoint_error string, "
+        "log_start_unknown boolean",
     )
 
 
 def hw_above_leo(extents: DataFrame) -> DataFrame:
     return extents.where(F.col("checkpointed_hw") > F.col("leo")).select(
         *REPLICA, "checkpointed_hw", F.col("leo").alias("log_end_offset")
+    )
+
+
+def _epoch_bounds(extents: DataFrame, epoch_checkpoints: DataFrame) -> DataFrame:
+    """Per replica ``(log_start, leo)`` as :func:`epoch_cache_inconsistent` reads them: a log
+    start the job could not read (``log_start_unknown``) is the epoch checkpoint's first entry
+    where that lies within the log."""
+    first = F.element_at("checkpoint", 1).getField("start_offset")
+    stand_in = (
+        F.coalesce(F.col("log_start_unknown"), F.lit(False))
+        & first.isNotNull()
+        & first.between(F.col("log_start"), F.col("leo"))
+    )
+    return (
+        extents.select(*REPLICA, "log_start", "leo")
+        .join(
+            F.broadcast(epoch_checkpoints.select(*REPLICA, "checkpoint", "log_start_unknown")),
+            REPLICA,
+            "left",
+        )
+        .select(*REPLICA, F.when(stand_in, first).otherwise(F.col("log_start")).alias("log_start"), "leo")
     )
 
 
@@ -276,8 +306,13 @@ def epoch_cache_inconsistent(
 
     ``epoch_checkpoints``: per replica ``checkpoint`` (array of struct(epoch int, start_offset
     bigint) in file order; null when the file is absent) and ``checkpoint_error`` (why the file
-    could not be read, else null). Works per replica on sorted arrays: one shuffle in all."""
-    bounds = extents.select(*REPLICA, "log_start", "leo")
+    could not be read, else null) and ``log_start_unknown`` (its log-start-offset-checkpoint
+    could not be read: a skipped input). For such a replica the log start is taken from the
+    checkpoint's first entry where it lies within the log, since Kafka keeps it there
+    (``UnifiedLog.maybeIncrementLogStartOffset`` -> ``LeaderEpochFileCache.truncateFromStart``): a
+    cache truncated with the log start is then not reported, and one that lost its oldest entries
+    on such a replica goes unseen. Works per replica on sorted arrays: one shuffle in all."""
+    bounds = _epoch_bounds(extents, epoch_checkpoints)
     batches = _batch_epochs(replica_rows, bounds)
     empty = F.expr("array()").cast("array<struct<base:bigint,epoch:int>>")
     steps = (

@@ -17,7 +17,10 @@ Both checkpoint formats are Kafka's text files, parsed here from their documente
     <topic> <partition> <offset>            <epoch> <start offset>
     ...                                     ...
 
-A file that does not follow the format raises :class:`CheckpointError` naming the file and line.
+A file that does not follow the format raises :class:`CheckpointError` naming the file and line;
+:func:`list_replicas` turns an unreadable ``replication-offset-checkpoint`` or
+``log-start-offset-checkpoint`` into a skipped input (:mod:`verify.inputs`), since the offline
+HW and the committed log's start rest on them.
 The broker id of a log dir comes from a ``broker-<id>`` component of its path, else from a
 ``meta.properties`` ``broker.id`` line, else from its position in the list (1-based).
 """
@@ -57,6 +60,9 @@ class Replica:
     checkpointed_log_start: int | None
     epoch_entries: tuple[tuple[int, int], ...] | None  # None: no leader-epoch-checkpoint
     epoch_error: str | None = None  # the checkpoint exists but cannot be read
+    #: its log dir's log-start-offset-checkpoint exists but cannot be read: the log start is
+    #: unknown (``first_segment_base`` is all that is left, a lower bound)
+    log_start_unknown: bool = False
 
 
 @dataclass
@@ -69,6 +75,12 @@ class Inventory:
     #: Log dirs holding replicas whose ``replication-offset-checkpoint`` is absent or unreadable:
     #: hw_above_leo cannot see their replicas (a skipped input, :mod:`verify.inputs`).
     missing_hw_checkpoints: list[str] = field(default_factory=list)
+    #: Log dirs holding replicas whose ``log-start-offset-checkpoint`` exists but cannot be read:
+    #: their log starts are unknown (a skipped input). A missing one is not listed: the broker
+    #: writes it every ``log.flush.start.offset.checkpoint.interval.ms``, after a truncation and at
+    #: a clean shutdown, so a broker killed early has none, and every log then starts at its first
+    #: segment, as Kafka's LogLoader reads it.
+    unreadable_log_start_checkpoints: list[str] = field(default_factory=list)
     #: Per broker read, the partitions its ``replication-offset-checkpoint`` lists (of the topics
     #: asked for): every partition it hosted at its last checkpoint, directory or not.
     checkpointed: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
@@ -165,6 +177,7 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
         inventory.brokers[broker] = str(log_dir)
         offsets: dict[str, dict[tuple[str, int], int]] = {}
         hw_problem = None if (log_dir / HIGH_WATERMARK_CHECKPOINT).exists() else "absent"
+        log_start_problem = None
         for checkpoint in (HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
             try:
                 offsets[checkpoint] = read_offset_checkpoint(log_dir / checkpoint)
@@ -173,6 +186,8 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
                 offsets[checkpoint] = {}
                 if checkpoint == HIGH_WATERMARK_CHECKPOINT:
                     hw_problem = "unreadable"
+                else:
+                    log_start_problem = str(e)
         inventory.checkpointed[broker] = {
             tp for tp in offsets[HIGH_WATERMARK_CHECKPOINT] if topics is None or tp[0] in topics
         }
@@ -201,10 +216,13 @@ def list_replicas(log_dirs: Sequence[str], topics: set[str] | None = None) -> In
                     checkpointed_log_start=offsets[LOG_START_OFFSET_CHECKPOINT].get(parsed),
                     epoch_entries=None if entries is None else tuple(entries),
                     epoch_error=error,
+                    log_start_unknown=log_start_problem is not None,
                 )
             )
         if hw_problem and len(inventory.replicas) > before:
             inventory.missing_hw_checkpoints.append(
                 f"broker {broker}: {HIGH_WATERMARK_CHECKPOINT} {hw_problem} in {log_dir}"
             )
+        if log_start_problem and len(inventory.replicas) > before:
+            inventory.unreadable_log_start_checkpoints.append(f"broker {broker}: {log_start_problem}")
     return inventory

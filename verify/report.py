@@ -75,7 +75,9 @@ DESCRIPTIONS = {
     "commit_went_backwards": "acknowledged group commits below an earlier one of their partition",
     "consumed_value_mismatch": "consumed records whose value differs from the committed log's at their offset",
     "owned_twice": "partitions one generation assigned to more than one member",
-    "resumed_below_commit": "owners that started below a commit acknowledged before their assignment",
+    "resumed_below_commit": (
+        "owners that consumed below a commit acknowledged before their assignment, or below their own"
+    ),
     "fenced_commit_accepted": "commits acknowledged under a generation older than the partition's assignment",
     "consumed_unassigned": "records a member consumed from a partition its generation did not assign it",
     "commit_ahead_of_consumed": "commits acknowledged before their member consumed the record below them",
@@ -264,6 +266,12 @@ def _group_row_line(name: str, row: dict[str, Any], where: str) -> str:
     """The per-assignment consumer checks' rows (verify/group_checks.py)."""
     who = f"{row.get('member')} (generation {row.get('generation')})"
     if name == "resumed_below_commit":
+        if (row["commit_member"], row["commit_generation"]) == (row["member"], row["generation"]):
+            return (
+                f"{where}: {who} went back to {row['first_offset']}, below {row['commit_offset']} it had "
+                f"committed (acknowledged at {row['commit_time_ms']}) in its assignment from "
+                f"{row['assigned_time_ms']}"
+            )
         return (
             f"{where}: {who} started at {row['first_offset']}, below {row['commit_offset']} acknowledged "
             f"for {row['commit_member']} (generation {row['commit_generation']}) at {row['commit_time_ms']}, "

@@ -12,7 +12,7 @@ That last setting is ``fast_start=True``, right for tests and small inputs, wher
 many small queries. It is not the default: on a million records it made the job about twice as
 slow as ``-XX:+UseParallelGC`` with the full JIT (:data:`THROUGHPUT_JAVA_OPTIONS`), a serial
 collector and a C1-only JIT being poor at the joins and aggregations that follow start-up. The
-job picks by input size (:data:`verify.job.FAST_START_MAX_INPUT_BYTES`; docs/benchmarks.md,
+job picks by input size (:data:`verify.session_choice.FAST_START_MAX_INPUT_BYTES`; docs/benchmarks.md,
 "Verification cost").
 Environment variables already set by the caller win over these defaults, so an operator can
 still tune the JVM. Both floodmark data sources are registered on the returned session.
