@@ -257,7 +257,8 @@ async def test_without_enough_replicas_acks_all_is_refused_and_unreplicated_reco
             # acks=all appended before the shrink: Kafka 3.7 (KAFKA-15583) holds the HW while the
             # ISR is under min.insync.replicas, so the shrink fails nothing; the write waits for
             # the ISR to come back and, with both followers stopped, times out
-            parked = asyncio.ensure_future(produce(conn, topic, b"parked", acks=-1))
+            # (its timeout twice the shrink's usual time: lag 3 s + a check every 1.5 s)
+            parked = asyncio.ensure_future(produce(conn, topic, b"parked", acks=-1, timeout_ms=10_000))
 
             async def shrunk() -> bool:
                 return zk_state(zk, topic)["isr"] == [leader]
