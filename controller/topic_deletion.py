@@ -4,6 +4,9 @@ replica sent StopReplica(delete) (ReplicaDeletionStarted), and its znodes delete
 replica is ReplicaDeletionSuccessful. A replica on a dead broker, or one whose StopReplica failed,
 makes the topic ineligible (ReplicaDeletionIneligible) until that broker comes back.
 
+A topic queued for deletion moves no more: its reassignments are cancelled
+(:func:`cancel_reassignments`; docs/design.md "Topic deletion cancels its moves").
+
 A StopReplica(delete) answer settles only the partitions its request asked for
 (:class:`StopReplicaDeletionCallback`; docs/design.md "Applying StopReplica answers per
 partition"). Every TopicDeletion event resumes the deletions in progress (Kafka's
@@ -25,6 +28,7 @@ from controller.event_manager import (
 )
 from controller.partition_state_machine import PartitionState
 from controller.parts import ControllerParts
+from controller.reassignment_znodes import remove_partitions_from_reassignment
 from controller.replica_state_machine import ReplicaState
 from zk.batch import MULTI_MAX_OPS, fenced_multi_batched, windowed
 from zk.bridge import DeleteOp
@@ -77,10 +81,28 @@ async def resume_deletions(ctl: ControllerParts) -> None:
             continue  # waiting for StopReplica answers
         elif topic in ctx.topics_ineligible_for_deletion:
             continue  # waiting for a dead replica's broker
-        elif ctx.is_topic_being_reassigned(topic):
-            continue  # a partition of it is moving: the deletion starts when the move completes
         else:
+            await cancel_reassignments(ctl, topic)
             await on_topic_deletion(ctl, topic)
+
+
+async def cancel_reassignments(ctl: ControllerParts, topic: str) -> None:
+    """A topic queued for deletion moves no more (KRaft's rule; docs/design.md "Topic deletion
+    cancels its moves"): its partitions leave /admin/reassign_partitions and the controller's
+    moves, their AR stays the wide OAR + RAR, so that every replica that may hold the topic's data
+    is stopped and deleted. ZooKeeper-mode Kafka instead waits for the move to complete, which it
+    never does when the partition lost its leader: the move waits for a leader, the election
+    skips a topic queued for deletion, and the deletion waits for the move (the simulator's seed
+    254 of issue 35)."""
+    ctx = ctl.context
+    moving = sorted(tp for tp in ctx.partitions_being_reassigned if tp.topic == topic)
+    if not moving:
+        return
+    await remove_partitions_from_reassignment(ctl, moving)
+    for tp in moving:
+        ctx.partitions_being_reassigned.pop(tp, None)
+    ctl.record("reassignment_cancelled_by_deletion", topic=topic, partitions=[tp.partition for tp in moving])
+    log.info("deletion of topic %s cancels the reassignment of %s", topic, ", ".join(map(str, moving)))
 
 
 async def on_topic_deletion(ctl: ControllerParts, topic: str) -> None:
@@ -100,7 +122,10 @@ async def on_topic_deletion(ctl: ControllerParts, topic: str) -> None:
         r
         for r in replicas
         if ctx.is_replica_online(r.replica, True)
-        and rsm.state(r) in (ReplicaState.ONLINE, ReplicaState.OFFLINE, ReplicaState.DELETION_INELIGIBLE)
+        and rsm.state(r)
+        # NEW: a replica a move (or a creation) started, which may hold data already (Kafka's
+        # onPartitionDeletion takes every alive replica, whatever its state)
+        in (ReplicaState.NEW, ReplicaState.ONLINE, ReplicaState.OFFLINE, ReplicaState.DELETION_INELIGIBLE)
     ]
     dead = [
         r

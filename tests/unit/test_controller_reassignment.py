@@ -34,7 +34,7 @@ from tests.unit.test_controller_zk_faults import eventually, idle
 from zk.bridge import DeleteOp, SetDataOp, ZkBridge
 from zk.client import get_partition_state, get_topic_assignment
 from zk.data import LeaderAndIsr, LeaderIsrAndControllerEpoch, encode_partition_state, encode_reassignment
-from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path, topic_path
+from zk.paths import REASSIGN_PARTITIONS_PATH, delete_topic_path, partition_state_path, topic_path
 
 TP = TopicPartition("t", 0)
 BROKERS = [1, 2, 3, 4, 5, 6]
@@ -235,3 +235,24 @@ async def test_bad_requests_change_nothing(zk: ZkBridge) -> None:
         assert outcomes[bad][0] == code and text in outcomes[bad][1], (name, outcomes)
         assert outcomes[TopicPartition("t", 1)][0] == ErrorCode.INVALID_REQUEST, name
         assert await zk.exists(REASSIGN_PARTITIONS_PATH) is None, name
+
+
+async def test_deleting_a_topic_cancels_its_moves_and_deletes_every_replica(zk: ZkBridge) -> None:
+    """The deadlock of ZooKeeper-mode Kafka that the simulator found (issue 35, seed 254): a move
+    waits for its targets to join the ISR, which needs a leader; an election skips a topic queued
+    for deletion; the deletion waited for the move. Now the deletion cancels the move: the request
+    leaves /admin/reassign_partitions and every replica of OAR + RAR is told StopReplica(delete)."""
+    controller, calls = await start(zk, zk, BROKERS, {"t": {0: [1, 2, 3]}})
+    try:
+        await request(zk, [4, 5, 6])
+        assert await eventually(lambda: TP in controller.context.partitions_being_reassigned)
+        await idle(controller)
+        calls.sent.clear()
+        await zk.create(delete_topic_path("t"), makepath=True)  # the targets never caught up
+        assert await eventually(lambda: TP not in controller.context.partitions_being_reassigned)
+        await idle(controller)
+        assert await zk.exists(REASSIGN_PARTITIONS_PATH) is None
+        for broker in BROKERS:
+            assert calls.stop_replica_deletes(broker, TP), f"no StopReplica(delete) to {broker}"
+    finally:
+        await controller.shutdown()
