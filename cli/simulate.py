@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,13 +57,19 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
 @click.option("--seeds", metavar="A..B", help="Run the schedules of seeds A to B (inclusive).")
 @click.option("--steps", type=int, default=None, help="Steps per schedule [default: 60].")
 @click.option("--duration", type=float, default=None, help="Virtual seconds per schedule instead of --steps.")
-@click.option("--brokers", type=int, default=3, show_default=True, help="Brokers in the simulated cluster.")
+@click.option(
+    "--brokers",
+    type=int,
+    default=None,
+    help="Brokers in the simulated cluster [default: drawn from the seed: 3, 3, 4 or 5 by seed mod 4].",
+)
 @click.option(
     "--faults",
     default="all",
     show_default=True,
-    help="Fault kinds: all, none, or a comma-separated list of crash, pause, partition, "
-    "zk-disconnect, zk-expire, zk-lost-answer, shutdown, stall, isr-lost-answer.",
+    help="Fault kinds: all (every kind but power-loss, held back while a finding is open), none, or a comma-separated list of crash, pause, partition, "
+    "zk-disconnect, zk-expire, zk-lost-answer, shutdown, stall, lost-answers, isr-lost-answer, zombie-controller, "
+    "power-loss, disk-full, disk-error, disk-floor.",
 )
 @click.option(
     "--invariants", default="all", show_default=True, help="The invariants to check (all, or a list)."
@@ -70,9 +77,9 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
 @click.option(
     "--consumers",
     type=click.IntRange(min=0),
-    default=0,
+    default=3,
     show_default=True,
-    help="Members of a consumer group reading the first topic (seed 004), crashing now and then.",
+    help="Members of a consumer group reading the first topic (seed 004), crashing now and then (0: none).",
 )
 @click.option("--jobs", type=int, default=1, show_default=True, help="Processes running schedules at once.")
 @click.option("--verbose", is_flag=True, help="Print every schedule's summary, not only failures.")
@@ -96,7 +103,7 @@ def simulate(
     seeds: str | None,
     steps: int | None,
     duration: float | None,
-    brokers: int,
+    brokers: int | None,
     faults: str,
     invariants: str,
     consumers: int,
@@ -116,11 +123,11 @@ def simulate(
         raise CliError("give at most one of --steps and --duration")
     if (steps is not None and steps < 1) or (duration is not None and duration <= 0):
         raise CliError("--steps and --duration must be positive")
-    if brokers < 1:
+    if brokers is not None and brokers < 1:
         raise CliError(f"--brokers must be at least 1, got {brokers}")
     if jobs < 1:
         raise CliError(f"--jobs must be at least 1, got {jobs}")
-    from sim.faults import parse_kinds
+    from sim.fault_kinds import parse_kinds
     from sim.group_workload import GroupWorkloadConfig
     from sim.invariants import ALL_INVARIANTS
     from sim.sweep import ScheduleConfig, ScheduleResult, sweep
@@ -142,7 +149,7 @@ def simulate(
         brokers=brokers,
         faults=kinds,
         invariants=checked,
-        group=GroupWorkloadConfig(members=consumers),
+        group=replace(GroupWorkloadConfig(), members=consumers),
     )
     if check_replay:
         _check_replay(chosen, config)

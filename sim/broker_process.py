@@ -173,6 +173,10 @@ class BrokerProcess:
         self.server: BrokerServer | None = None
         self.incarnation: Incarnation | None = None
         self.incarnations = 0
+        #: incarnations started after a power loss (their logs lost what was not fsynced), and
+        #: the virtual time of the latest power loss
+        self.after_power_loss: set[int] = set()
+        self.power_lost_at: float | None = None
         self.zk_client: SimKazooClient | None = None
         self.halted: int | None = None  # the exit code the broker halted with (KIP-112)
         self.disk: Disk | None = None  # its log dirs' page-cache model and faults (sim/storage.py)
@@ -275,6 +279,8 @@ class BrokerProcess:
         """The machine loses power: the process dies (:meth:`crash`), then its disk rolls back to
         what was fsynced and stays off until the next :meth:`start` (sim/storage_model.py)."""
         self.crash()
+        self.after_power_loss.add(self.incarnations + 1)
+        self.power_lost_at = self.loop.time()
         return self.disk.power_loss() if self.disk is not None else None
 
     def _kill_zk_session(self) -> None:

@@ -17,13 +17,20 @@ liveness check. The kinds:
   one rule on one broker's session (the n-th request of a kind: ``create``, ``set``, ``multi``,
   ``delete``, ``get``) or random rates for a while, for every session;
 * ``shutdown``: a controlled shutdown (sim/workload.py), started again at the heal;
-* ``stall``: one client connection to the broker stalls (TCP's retransmission backoff on one
-  flow): its requests reach the broker late, even after the client gave up on them and closed
-  it, while the client's new connections flow (a request held past the producer's timeout);
+* ``stall`` and ``lost-answers`` (sim/connection_faults.py): one client connection's requests
+  held, or its answers lost: the request's outcome unknown to the client while it still reaches
+  the broker, late, after its retry;
 * ``isr-lost-answer`` (aimed, in the spirit of FoundationDB's buggify): the answer to the
   broker's next write of a partition state znode is lost (the leader's ISR change, or the
   controller's write); when the write adds a replica to the ISR, that joiner is paused for a
-  while, so the other followers run ahead of it (issue 18's window 1 needs exactly that).
+  while, so the other followers run ahead of it (issue 18's window 1 needs exactly that);
+* ``zombie-controller`` (aimed, sim/zombie_controller.py): right after the controller's next
+  state write, ``/controller`` is deleted, the old controller maybe paused briefly and its
+  requests to the brokers maybe held, so a new controller takes over while the old one is still
+  inside its event;
+* ``power-loss``, ``disk-full``, ``disk-error``, ``disk-floor`` (sim/storage_faults.py): the
+  broker's machine loses power, its disk fills up, a call on it fails with EIO, or it reports
+  less usable space than the free-space floor.
 
 At most ``max_disturbed`` brokers are crashed, paused, partitioned or shut down at once (the
 ZooKeeper faults do not count), so a schedule is a cluster under stress, not a dead one.
@@ -32,14 +39,15 @@ ZooKeeper faults do not count), so a schedule is a cluster under stress, not a d
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sim import connection_faults, storage_faults, zombie_controller
+from sim.fault_kinds import ALL_KINDS, DISTURBING, ZK_REQUEST_KINDS, ActiveFault, FaultKind
 from sim.workload import controlled_shutdown
 from sim.zookeeper import ZkFaultRates
 
@@ -47,41 +55,6 @@ if TYPE_CHECKING:
     from sim.world import World
 
 log = logging.getLogger(__name__)
-
-
-class FaultKind(enum.Enum):
-    CRASH = "crash"
-    PAUSE = "pause"
-    PARTITION = "partition"
-    ZK_DISCONNECT = "zk-disconnect"
-    ZK_EXPIRE = "zk-expire"
-    ZK_LOST_ANSWER = "zk-lost-answer"
-    SHUTDOWN = "shutdown"
-    STALL = "stall"
-    ISR_LOST_ANSWER = "isr-lost-answer"
-
-
-#: The kinds that take a broker out of the cluster for a while.
-DISTURBING = frozenset({FaultKind.CRASH, FaultKind.PAUSE, FaultKind.PARTITION, FaultKind.SHUTDOWN})
-ALL_KINDS = frozenset(FaultKind)
-ZK_REQUEST_KINDS = ("create", "set", "multi", "delete", "get")
-
-
-def parse_kinds(text: str) -> frozenset[FaultKind]:
-    """``all``, ``none`` or a comma-separated list of kinds (``crash,pause,zk-expire``)."""
-    text = text.strip().lower()
-    if text in ("all", ""):
-        return ALL_KINDS
-    if text == "none":
-        return frozenset()
-    kinds = set()
-    for name in (part.strip() for part in text.split(",")):
-        try:
-            kinds.add(FaultKind(name))
-        except ValueError:
-            known = ", ".join(k.value for k in FaultKind)
-            raise ValueError(f"unknown fault kind {name!r} (known: all, none, {known})") from None
-    return frozenset(kinds)
 
 
 @dataclass(frozen=True)
@@ -93,15 +66,6 @@ class FaultPlan:
 
 
 @dataclass
-class _Active:
-    kind: FaultKind
-    broker: int | None
-    until: float
-    heal: Callable[[], Awaitable[None] | None]
-    task: asyncio.Task | None = None  # what the fault started and the heal must wait for
-
-
-@dataclass
 class FaultInjector:
     """Starts and heals the faults of one schedule, each drawn from the seed."""
 
@@ -109,14 +73,19 @@ class FaultInjector:
     plan: FaultPlan
     note: Callable[[str], None]
     rng: random.Random = field(init=False)
-    active: list[_Active] = field(default_factory=list)
+    active: list[ActiveFault] = field(default_factory=list)
     started: int = 0
     _restarts: list[asyncio.Task] = field(default_factory=list)
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)  # an aimed fault's next moves
 
     def __post_init__(self) -> None:
         self.rng = self.world.loop.seeds.stream("faults")
+        self._producer_rng = self.world.loop.seeds.stream("producer-faults")
         self._kinds = sorted(self.plan.kinds, key=lambda k: k.value)
+
+    @property
+    def kinds(self) -> frozenset[FaultKind]:
+        return self.plan.kinds
 
     # -- one step ----------------------------------------------------------------------------------
     async def step(self) -> bool:
@@ -127,25 +96,46 @@ class FaultInjector:
         due = [f for f in self.active if f.until <= now and (f.task is None or f.task.done())]
         for fault in due:
             await self._heal(fault)
+        aimed = self._aim_at_producers(now)
         if not self._kinds or self.rng.random() >= self.plan.rate:
-            return bool(due)
+            return bool(due) or aimed
         kind = self.rng.choice(self._kinds)
         low, high = self.plan.duration_s
         until = now + self.rng.uniform(low, high)
-        return self._start(kind, until) or bool(due)
+        return self._start(kind, until) or bool(due) or aimed
+
+    def _aim_at_producers(self, now: float) -> bool:
+        """``lost-answers`` also comes on its own stream (sim/connection_faults.py)."""
+        fault = connection_faults.aim_at_producers(self, self._producer_rng, now)
+        if fault is None:
+            return False
+        self.active.append(fault)
+        self.started += 1
+        return True
 
     def _start(self, kind: FaultKind, until: float) -> bool:
-        running = [b for b in sorted(self.world.brokers) if self.world.brokers[b].running]
-        disturbed = {f.broker for f in self.active if f.kind in DISTURBING}
-        if kind in DISTURBING:
-            candidates = [b for b in running if b not in disturbed]
-            if len(disturbed) >= self.plan.max_disturbed or not candidates:
-                return False
-        else:
-            candidates = running
+        candidates = self._candidates(kind)
         if not candidates:
             return False
-        broker = self.rng.choice(candidates)
+        return self._start_on(kind, self.rng.choice(candidates), until)
+
+    def _candidates(self, kind: FaultKind) -> list[int]:
+        running = [b for b in sorted(self.world.brokers) if self.world.brokers[b].running]
+        if kind not in DISTURBING:
+            return running
+        disturbed = {f.broker for f in self.active if f.kind in DISTURBING}
+        if len(disturbed) >= self.plan.max_disturbed:
+            return []
+        return [b for b in running if b not in disturbed]
+
+    def start_on(self, kind: FaultKind, broker: int, until: float) -> bool:
+        """Start a fault of ``kind`` on this broker (an aimed fault: sim/group_faults.py), within
+        the same limits as a drawn one; False when the limits or the broker's state refuse it."""
+        if kind not in self.plan.kinds or broker not in self._candidates(kind):
+            return False
+        return self._start_on(kind, broker, until)
+
+    def _start_on(self, kind: FaultKind, broker: int, until: float) -> bool:
         fault = getattr(self, f"_start_{kind.name.lower()}")(broker, until)
         if fault is None:
             return False
@@ -153,20 +143,44 @@ class FaultInjector:
         self.started += 1
         return True
 
-    def _start_crash(self, broker: int, until: float) -> _Active:
+    def _start_crash(self, broker: int, until: float) -> ActiveFault:
         self.world.crash(broker)
         self.note(f"crash broker {broker} (for {until - self.world.loop.time():.3f} s)")
-        return _Active(FaultKind.CRASH, broker, until, lambda: self._restart(broker))
+        return ActiveFault(FaultKind.CRASH, broker, until, lambda: self._restart(broker))
 
-    def _start_pause(self, broker: int, until: float) -> _Active:
+    def _start_power_loss(self, broker: int, until: float) -> ActiveFault | None:
+        return storage_faults.power_loss(self, broker, until)
+
+    def _start_disk_full(self, broker: int, until: float) -> ActiveFault:
+        return storage_faults.disk_full(self, broker, until)
+
+    def _start_disk_error(self, broker: int, until: float) -> ActiveFault:
+        return storage_faults.disk_error(self, broker, until)
+
+    def _start_disk_floor(self, broker: int, until: float) -> ActiveFault:
+        return storage_faults.disk_floor(self, broker, until)
+
+    def _start_zombie_controller(self, _broker: int, until: float) -> ActiveFault | None:
+        armed = zombie_controller.arm(self, until)
+        if armed is None:
+            return None
+        controller, forget = armed
+        return ActiveFault(FaultKind.ZOMBIE_CONTROLLER, controller, until, forget)
+
+    def pause_for(self, broker: int, seconds: float) -> None:
+        """Pause the broker now for ``seconds`` (an aimed fault's move), if the limits allow."""
+        if broker in self._candidates(FaultKind.PAUSE):
+            self.active.append(self._start_pause(broker, self.world.loop.time() + seconds))
+
+    def _start_pause(self, broker: int, until: float) -> ActiveFault:
         self.world.pause(broker)
         self.note(f"pause broker {broker} (for {until - self.world.loop.time():.3f} s)")
-        return _Active(FaultKind.PAUSE, broker, until, lambda: self._resume(broker))
+        return ActiveFault(FaultKind.PAUSE, broker, until, lambda: self._resume(broker))
 
-    def _start_partition(self, broker: int, until: float) -> _Active:
+    def _start_partition(self, broker: int, until: float) -> ActiveFault:
         return self._cut_from_brokers(broker, until, with_clients=self.rng.random() < 0.5)
 
-    def _start_zk_disconnect(self, broker: int, until: float) -> _Active | None:
+    def _start_zk_disconnect(self, broker: int, until: float) -> ActiveFault | None:
         client = self.world.brokers[broker].zk_client
         session = _session_of(client)
         if client is None or session is None:
@@ -175,18 +189,18 @@ class FaultInjector:
         if self.rng.random() < 0.5:
             zookeeper.disconnect(session)
             self.note(f"drop broker {broker}'s ZooKeeper connection")
-            return _Active(FaultKind.ZK_DISCONNECT, broker, self.world.loop.time(), lambda: None)
+            return ActiveFault(FaultKind.ZK_DISCONNECT, broker, self.world.loop.time(), lambda: None)
         return self._isolate_from_zookeeper(broker, until)
 
-    def _start_zk_expire(self, broker: int, until: float) -> _Active | None:
+    def _start_zk_expire(self, broker: int, until: float) -> ActiveFault | None:
         session = _session_of(self.world.brokers[broker].zk_client)
         if session is None:
             return None
         self.world.zookeeper.expire(session)
         self.note(f"expire broker {broker}'s ZooKeeper session")
-        return _Active(FaultKind.ZK_EXPIRE, broker, self.world.loop.time(), lambda: None)
+        return ActiveFault(FaultKind.ZK_EXPIRE, broker, self.world.loop.time(), lambda: None)
 
-    def _start_zk_lost_answer(self, broker: int, until: float) -> _Active | None:
+    def _start_zk_lost_answer(self, broker: int, until: float) -> ActiveFault | None:
         zookeeper = self.world.zookeeper
         if self.rng.random() < 0.5:
             session = _session_of(self.world.brokers[broker].zk_client)
@@ -204,7 +218,7 @@ class FaultInjector:
                 if rule in zookeeper.rules:
                     zookeeper.rules.remove(rule)
 
-            return _Active(FaultKind.ZK_LOST_ANSWER, broker, until, forget)
+            return ActiveFault(FaultKind.ZK_LOST_ANSWER, broker, until, forget)
         rates = ZkFaultRates(
             drop_before=self.rng.uniform(0.0, 0.05), drop_after=self.rng.uniform(0.0, 0.05), expire=0.0
         )
@@ -218,23 +232,17 @@ class FaultInjector:
         def heal() -> None:
             zookeeper.faults = previous
 
-        return _Active(FaultKind.ZK_LOST_ANSWER, None, until, heal)
+        return ActiveFault(FaultKind.ZK_LOST_ANSWER, None, until, heal)
 
-    def _start_stall(self, broker: int, until: float) -> _Active | None:
-        network = self.world.network
-        node = f"broker-{broker}"
-        flows = [
-            c for c in network.connections if c.server.node == node and c.client.node.startswith("client-")
-        ]
-        flows = [c for c in flows if not c.client.closed]
-        if not flows:
-            return None
-        connection = self.rng.choice(flows)
-        network.stall(connection, until - self.world.loop.time())
-        self.note(f"stall {connection} (for {until - self.world.loop.time():.3f} s)")
-        return _Active(FaultKind.STALL, broker, until, lambda: network.unstall(connection))
+    def _start_stall(self, broker: int, until: float) -> ActiveFault | None:
+        return connection_faults.stall(self.world, self.rng, self.note, broker, until)
 
-    def _start_isr_lost_answer(self, broker: int, until: float) -> _Active | None:
+    def _start_lost_answers(
+        self, broker: int, until: float, rng: random.Random | None = None
+    ) -> ActiveFault | None:
+        return connection_faults.lose_answers(self.world, rng or self.rng, self.note, self._timers, broker)
+
+    def _start_isr_lost_answer(self, broker: int, until: float) -> ActiveFault | None:
         zookeeper = self.world.zookeeper
         session = _session_of(self.world.brokers[broker].zk_client)
         if session is None:
@@ -263,7 +271,7 @@ class FaultInjector:
             if rule in zookeeper.rules:
                 zookeeper.rules.remove(rule)
 
-        return _Active(FaultKind.ISR_LOST_ANSWER, broker, until, forget)
+        return ActiveFault(FaultKind.ISR_LOST_ANSWER, broker, until, forget)
 
     def _expand_race(self, leader: int, joiner: int, others: list[int]) -> None:
         """An ISR expand's answer was lost: maybe (each a coin) the joiner falls behind (paused),
@@ -311,7 +319,7 @@ class FaultInjector:
         disturbed = {f.broker for f in self.active if f.kind in DISTURBING}
         return [b for b in brokers if self.world.brokers[b].running and b not in disturbed]
 
-    def _isolate_from_zookeeper(self, broker: int, until: float) -> _Active | None:
+    def _isolate_from_zookeeper(self, broker: int, until: float) -> ActiveFault | None:
         client = self.world.brokers[broker].zk_client
         if client is None:
             return None
@@ -323,9 +331,9 @@ class FaultInjector:
             zookeeper.heal(client)
             self.note(f"reconnect broker {broker} to ZooKeeper")
 
-        return _Active(FaultKind.ZK_DISCONNECT, broker, until, heal)
+        return ActiveFault(FaultKind.ZK_DISCONNECT, broker, until, heal)
 
-    def _cut_from_brokers(self, broker: int, until: float, with_clients: bool = False) -> _Active:
+    def _cut_from_brokers(self, broker: int, until: float, with_clients: bool = False) -> ActiveFault:
         others = [f"broker-{b}" for b in sorted(self.world.brokers) if b != broker]
         if with_clients:
             others += [f"client-{n}" for n in range(1, self.world._clients + 1)]
@@ -340,17 +348,17 @@ class FaultInjector:
             self.world.network.heal(side, others)
             self.note(f"heal the partition of broker {broker}")
 
-        return _Active(FaultKind.PARTITION, broker, until, heal)
+        return ActiveFault(FaultKind.PARTITION, broker, until, heal)
 
-    def _start_shutdown(self, broker: int, until: float) -> _Active:
+    def _start_shutdown(self, broker: int, until: float) -> ActiveFault:
         self.note(f"controlled shutdown of broker {broker} (for {until - self.world.loop.time():.3f} s)")
         task = asyncio.get_running_loop().create_task(
             controlled_shutdown(self.world, broker), name=f"fault-shutdown-{broker}"
         )
-        return _Active(FaultKind.SHUTDOWN, broker, until, lambda: self._restart(broker), task)
+        return ActiveFault(FaultKind.SHUTDOWN, broker, until, lambda: self._restart(broker), task)
 
     # -- heals -------------------------------------------------------------------------------------
-    async def _heal(self, fault: _Active) -> None:
+    async def _heal(self, fault: ActiveFault) -> None:
         self.active.remove(fault)
         if fault.task is not None:
             try:

@@ -8,7 +8,15 @@ groups"), fed by what the members of sim/group_workload.py observe:
   acknowledged is never lost. A later commit of a smaller offset that was sent after it (another
   member of a later generation overwriting it, Kafka's last-writer-wins) is the one exception;
 * ``group-liveness``: after every fault is healed, every live member joins the same generation
-  and the group's assignment covers every partition of the topic (judged by the sweep).
+  and the group's assignment covers every partition of the topic (judged by the sweep);
+* ``group-commit-fenced`` (sim/commit_fencing.py): the coordinator stores only commits of the
+  group's current generation from its members;
+* ``consumer-visibility`` (sim/consumer_visibility.py): members are given only records below the
+  HW they were served, each once per assignment, each the committed log's;
+* ``group-load-bound`` (sim/coordinator_load.py): a coordinator loads its offsets partition within
+  a bound of its running time;
+* ``group-callbacks`` (sim/rebalance_callbacks.py): revoke and lost callbacks run while their
+  partitions are assigned, and no partition is given up without one.
 
 :class:`GroupChecker` reports through the schedule's :class:`sim.invariants.Invariants` (``fail``).
 """
@@ -20,11 +28,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.types import OffsetAndMetadata, TopicPartition
+from sim.commit_fencing import GROUP_COMMIT_FENCED
+from sim.consumer_visibility import CONSUMER_VISIBILITY
+from sim.coordinator_load import GROUP_LOAD_BOUND
+from sim.rebalance_callbacks import GROUP_CALLBACKS
 
 GROUP_OWNED_ONCE = "group-owned-once"
 GROUP_COMMITS_KEPT = "group-commits-kept"
 GROUP_LIVENESS = "group-liveness"
-GROUP_INVARIANTS = (GROUP_OWNED_ONCE, GROUP_COMMITS_KEPT, GROUP_LIVENESS)
+GROUP_INVARIANTS = (
+    GROUP_OWNED_ONCE,
+    GROUP_COMMITS_KEPT,
+    GROUP_LIVENESS,
+    GROUP_COMMIT_FENCED,
+    CONSUMER_VISIBILITY,
+    GROUP_LOAD_BOUND,
+    GROUP_CALLBACKS,
+)
 
 
 @dataclass(frozen=True)

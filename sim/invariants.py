@@ -7,6 +7,12 @@ and checks the world every ``every`` callbacks (the cheap checks) and whenever t
 always before the run ends). The first violation stops the loop and is kept, with the schedule
 step, the virtual time and the last callbacks run, in :attr:`Invariants.violation`.
 
+What a check costs (issue 35): the expensive ones read each replica's log incrementally, only
+what it gained since the last check, with the verdicts of reading it from its start
+(sim/log_cursor.py, sim/replica_checks.py); the cheap ones are one pass over fields
+(sim/replica_state.py, sim/zk_states.py, sim/topic_ids.py); the watched replica managers and
+controllers are looked for only while a broker's server is new or still building them.
+
 The invariants, by name:
 
 * ``acked-on-leader``: every acknowledged offset of a live topic is on the current leader (the
@@ -45,26 +51,30 @@ deleted, or created again empty by a LeaderAndIsr of the deletion's controller, 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from client.types import TopicPartition
 from sim.broker_process import ProcessState
+from sim.compacted_replicas import compacted_difference
 from sim.controller_requests import NO_STALE_REQUEST, ONE_CONTROLLER_PER_EPOCH, ControllerRequestChecker
 from sim.errors import SimulationError
 from sim.group_invariants import GROUP_INVARIANTS
+from sim.idempotence import IDEMPOTENCE_INVARIANTS
 from sim.isr_lag import ISR_LAG, IsrLagChecker
-from sim.log_reading import batches_below, first_difference, records_below
-from sim.producer_order import out_of_send_order
+from sim.power_loss import PowerLossExemption
 from sim.reassignment_isr import REASSIGNMENT_ISR, ReassignmentIsrChecker
-from sim.topic_ids import TOPIC_IDS, topic_id_problem
-from zk.paths import BROKER_TOPICS_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH
+from sim.replica_checks import ReplicaChecks
+from sim.replica_state import high_watermark_problem, replica_epoch_problem
+from sim.state_writes import STATE_WRITE_INVARIANTS
+from sim.topic_ids import TOPIC_IDS, TopicIds
+from sim.zk_states import ZkPartition, ZkStates
+from zk.paths import DELETE_TOPICS_PATH
 
 if TYPE_CHECKING:
     from broker.log import Log
     from broker.replica.replica_manager import ReplicaManager
+    from sim.broker_process import BrokerProcess
     from sim.workload import Ledger
     from sim.world import World
 
@@ -87,6 +97,8 @@ ALL_INVARIANTS = (
     ISR_LAG,
     REASSIGNMENT_ISR,
     TOPIC_IDS,
+    *STATE_WRITE_INVARIANTS,
+    *IDEMPOTENCE_INVARIANTS,
     LIVENESS,
     NO_SPIN,
     *GROUP_INVARIANTS,
@@ -107,14 +119,6 @@ class InvariantViolation(SimulationError):
         self.recent: tuple[str, ...] = ()  # the last callbacks run before it was seen
 
 
-@dataclass(frozen=True)
-class _ZkPartition:
-    leader: int
-    leader_epoch: int
-    isr: frozenset[int]
-    topic_czxid: int
-
-
 class Invariants:
     """Checks a :class:`sim.world.World` and its clients' :class:`sim.workload.Ledger`."""
 
@@ -132,16 +136,22 @@ class Invariants:
         self.checks = 0
         self.violation: InvariantViolation | None = None
         self._countdown = every
-        self._zk: dict[tuple[str, int], _ZkPartition] = {}
-        self._zk_mzxid: dict[tuple[str, int], int] = {}
-        self._zk_seen_zxid = -1
-        self._zk_epochs: dict[tuple[str, int, int], int] = {}
-        self._controller_epoch = -1
+        self._zk_states = ZkStates(LEADER_EPOCHS in self.enabled)  # sim/zk_states.py
+        self._zk: dict[tuple[str, int], ZkPartition] = self._zk_states.partitions
         self._replica_epochs: dict[tuple[int, int, TopicPartition], int] = {}
+        self._power_loss = PowerLossExemption(world)  # sim/power_loss.py
         self._requests = ControllerRequestChecker(self.enabled, self.fail)  # sim/controller_requests.py
         self._attached: dict[int, object] = {}  # broker id -> the replica manager watched
         self._attached_controllers: dict[int, object] = {}  # broker id -> the controller watched
+        #: (process, server) of every broker whose server has nothing left to watch (it has its
+        #: replica manager and controller, or there is none): _attach runs when one changes
+        self._settled: list[tuple[BrokerProcess, object]] = []
         self._inner: Callable[[asyncio.Handle], bool] | None = None
+        self._replicas = ReplicaChecks()  # the full checks' incremental reads (sim/replica_checks.py)
+        self._topic_ids = TopicIds()  # sim/topic_ids.py
+        #: while a check runs: the live replica managers, and which topics are being deleted
+        self._live: dict[int, ReplicaManager] | None = None
+        self._deleting_now: dict[str, bool] | None = None
 
     # -- installation ------------------------------------------------------------------------------
     def install(self) -> None:
@@ -152,17 +162,32 @@ class Invariants:
 
     def _intercept(self, handle: asyncio.Handle) -> bool:
         if self.violation is None:
-            self._attach()
+            if self._unsettled():
+                self._attach()
             self._countdown -= 1
             if self._countdown <= 0:
                 self._countdown = self.every
-                self._run(full=False)
+                with self.world.observing():
+                    self._run(full=False)
         inner = self._inner
         return inner(handle) if inner is not None else False
 
+    def _unsettled(self) -> bool:
+        """A broker has a new server, or one whose replica manager or controller is yet to come."""
+        settled = self._settled
+        if len(settled) != len(self.world.brokers):
+            return True
+        for process, server in settled:  # noqa: SIM110 - before every callback: no generator
+            if process.server is not server:
+                return True
+        return False
+
     def _attach(self) -> None:
         """Watch the controller requests of each broker incarnation's replica manager, from its
-        creation on (before the broker registers, so before any request can be applied)."""
+        creation on (before the broker registers, so before any request can be applied): before
+        every callback while a server is new or still building them (sim/broker_process.py
+        assigns ``server`` before its start-up runs)."""
+        settled = []
         for broker_id, process in self.world.brokers.items():
             rm = getattr(process.server, "replica_manager", None)
             if rm is not None and self._attached.get(broker_id) is not rm:
@@ -176,28 +201,40 @@ class Invariants:
                 self._attached_controllers[broker_id] = controller
                 if REASSIGNMENT_ISR in self.enabled:  # sim/reassignment_isr.py
                     ReassignmentIsrChecker(controller, self.world.zookeeper, self.fail).install()
+            if process.server is None or (rm is not None and controller is not None):
+                settled.append((process, process.server))
+        self._settled = settled
 
     # -- running the checks ------------------------------------------------------------------------
     def check(self, full: bool = False) -> None:
         """Check now (the schedule's step boundary); ``full`` adds the byte comparisons."""
         if self.violation is None:
-            self._attach()
-            self._run(full)
+            if self._unsettled():
+                self._attach()
+            with self.world.observing():
+                self._run(full)
 
     def _run(self, full: bool) -> None:
         self.checks += 1
+        self._live = dict(self._find_live_replica_managers())
+        self._deleting_now = {}
         try:
-            self._refresh_zookeeper()
+            if (problem := self._zk_states.refresh(self.world.zookeeper)) is not None:
+                raise InvariantViolation(LEADER_EPOCHS, problem)
             self._check_replica_epochs()
             self._check_high_watermarks()
+            if full:
+                self._replicas.begin_check()
             self._check_acked(values=full)
-            if TOPIC_IDS in self.enabled and (problem := topic_id_problem(self)):  # sim/topic_ids.py
+            if TOPIC_IDS in self.enabled and (problem := self._topic_ids.problem(self)):  # sim/topic_ids.py
                 raise InvariantViolation(TOPIC_IDS, problem)
             if full:
                 self._check_identical()
                 self._check_producer_order()
         except InvariantViolation as violation:
             self._record(violation)
+        finally:
+            self._live = self._deleting_now = None
 
     def fail(self, invariant: str, detail: str) -> None:
         """Record a violation seen outside these checks (the sweep's liveness judgement)."""
@@ -222,6 +259,9 @@ class Invariants:
 
     # -- the replicas as the checks see them -------------------------------------------------------
     def _replica_manager(self, broker_id: int) -> ReplicaManager | None:
+        live = self._live
+        if live is not None:  # a check is running: nothing changes while it runs
+            return live.get(broker_id)
         process = self.world.brokers.get(broker_id)
         if process is None or process.state is ProcessState.DEAD:
             return None
@@ -237,11 +277,26 @@ class Invariants:
         """The topic's deletion was asked for (by the workload, or /admin/delete_topics lists
         it): its replicas may be stopped, deleted or created again empty until it is gone, and
         its records are no longer anyone's (Kafka's TopicDeletionManager)."""
+        known = self._deleting_now
+        if known is not None:  # a check is running: its answers hold until it ends
+            found = known.get(topic)
+            if found is None:
+                found = known[topic] = self._deleting_asked(topic)
+            return found
+        return self._deleting_asked(topic)
+
+    def _deleting_asked(self, topic: str) -> bool:
         return topic in self.ledger.deleted_topics or (
             f"{DELETE_TOPICS_PATH}/{topic}" in self.world.zookeeper.tree.nodes
         )
 
     def _live_replica_managers(self) -> list[tuple[int, ReplicaManager]]:
+        live = self._live
+        if live is not None:
+            return list(live.items())
+        return self._find_live_replica_managers()
+
+    def _find_live_replica_managers(self) -> list[tuple[int, ReplicaManager]]:
         found = []
         for broker_id in sorted(self.world.brokers):
             rm = self._replica_manager(broker_id)
@@ -249,100 +304,28 @@ class Invariants:
                 found.append((broker_id, rm))
         return found
 
-    # -- ZooKeeper: the state znodes, their leader epochs, /controller_epoch -----------------------
-    def _refresh_zookeeper(self) -> None:
-        zookeeper = self.world.zookeeper
-        if zookeeper.zxid == self._zk_seen_zxid:
-            return
-        self._zk_seen_zxid = zookeeper.zxid
-        nodes = zookeeper.tree.nodes
-        epoch_node = nodes.get(CONTROLLER_EPOCH_PATH)
-        if epoch_node is not None and LEADER_EPOCHS in self.enabled:
-            epoch = int(epoch_node.data.decode() or -1)
-            if epoch < self._controller_epoch:
-                raise InvariantViolation(
-                    LEADER_EPOCHS, f"/controller_epoch went back from {self._controller_epoch} to {epoch}"
-                )
-            self._controller_epoch = epoch
-        topics = nodes.get(BROKER_TOPICS_PATH)
-        seen = set()
-        for topic in sorted(topics.children) if topics is not None else ():
-            topic_node = nodes[f"{BROKER_TOPICS_PATH}/{topic}"]
-            partitions = nodes.get(f"{BROKER_TOPICS_PATH}/{topic}/partitions")
-            for name in partitions.children if partitions is not None else ():
-                state = nodes.get(f"{BROKER_TOPICS_PATH}/{topic}/partitions/{name}/state")
-                if state is None:
-                    continue
-                key = (topic, int(name))
-                seen.add(key)
-                if self._zk_mzxid.get(key) == state.mzxid:
-                    continue
-                self._zk_mzxid[key] = state.mzxid
-                self._on_state_znode(key, json.loads(state.data), topic_node.czxid)
-        for key in [k for k in self._zk if k not in seen]:
-            del self._zk[key]
-            self._zk_mzxid.pop(key, None)
-
-    def _on_state_znode(self, key: tuple[str, int], state: dict, topic_czxid: int) -> None:
-        entry = _ZkPartition(state["leader"], state["leader_epoch"], frozenset(state["isr"]), topic_czxid)
-        self._zk[key] = entry
-        if LEADER_EPOCHS not in self.enabled:
-            return
-        epoch_key = (*key, topic_czxid)
-        previous = self._zk_epochs.get(epoch_key, -1)
-        if entry.leader_epoch < previous:
-            raise InvariantViolation(
-                LEADER_EPOCHS,
-                f"the state znode of {key[0]}-{key[1]} went back from leader epoch {previous} to "
-                f"{entry.leader_epoch} (leader {entry.leader}, isr {sorted(entry.isr)})",
-            )
-        self._zk_epochs[epoch_key] = entry.leader_epoch
-
     # -- the cheap checks --------------------------------------------------------------------------
     def _check_replica_epochs(self) -> None:
         if LEADER_EPOCHS not in self.enabled:
             return
-        for broker_id, rm in self._live_replica_managers():
-            incarnation = self.world.brokers[broker_id].incarnations
-            for key_tp, partition in rm.partitions.items():
-                if partition.leader_epoch < 0 or self._deleting(key_tp[0]):
-                    continue  # registered by a LeaderAndIsr still creating the log: nothing applied yet
-                tp = TopicPartition(*key_tp)
-                key = (broker_id, incarnation, tp)
-                previous = self._replica_epochs.get(key, -1)
-                if partition.leader_epoch < previous:
-                    raise InvariantViolation(
-                        LEADER_EPOCHS,
-                        f"broker {broker_id}'s replica of {tp.topic}-{tp.partition} went back from "
-                        f"leader epoch {previous} to {partition.leader_epoch}",
-                    )
-                self._replica_epochs[key] = partition.leader_epoch
+        brokers = self.world.brokers
+        problem = replica_epoch_problem(  # sim/replica_state.py
+            self._live_now(), lambda b: brokers[b].incarnations, self._replica_epochs, self._deleting
+        )
+        if problem is not None:
+            raise InvariantViolation(LEADER_EPOCHS, problem)
 
     def _check_high_watermarks(self) -> None:
         if HW_WITHIN_ISR not in self.enabled:
             return
-        for broker_id, rm in self._live_replica_managers():
-            for key_tp, partition in rm.partitions.items():
-                if not partition.is_leader or self._deleting(key_tp[0]):
-                    continue
-                tp = TopicPartition(*key_tp)
-                log_ = rm.get_log(tp)
-                if log_ is None:
-                    continue
-                hw = log_.high_watermark
-                zk = self._zk.get((tp.topic, tp.partition))
-                listed = set(partition.maximal_isr) | (zk.isr if zk is not None else frozenset())
-                for replica in sorted(listed - {broker_id}):
-                    replica_log = self._log(replica, tp)
-                    if replica_log is not None and replica_log.log_end_offset < hw:
-                        raise InvariantViolation(
-                            HW_WITHIN_ISR,
-                            f"leader {broker_id} of {tp.topic}-{tp.partition} (epoch {partition.leader_epoch}) "
-                            f"has HW {hw} past replica {replica}'s log end offset "
-                            f"{replica_log.log_end_offset}; ISR in ZooKeeper "
-                            f"{sorted(zk.isr) if zk else None}, leader's ISR {sorted(partition.isr)}, "
-                            f"pending change {partition.pending_isr_change}",
-                        )
+        problem = high_watermark_problem(  # sim/replica_state.py; sim/power_loss.py
+            self._live_now(), self._zk, self._deleting, self._power_loss.exempt
+        )
+        if problem is not None:
+            raise InvariantViolation(HW_WITHIN_ISR, problem)
+
+    def _live_now(self) -> dict[int, ReplicaManager]:
+        return self._live if self._live is not None else dict(self._find_live_replica_managers())
 
     def _current_leader_log(self, topic: str, partition: int) -> tuple[int, Log] | None:
         """The log of the leader ZooKeeper names, once that broker has applied the leader epoch."""
@@ -366,7 +349,11 @@ class Invariants:
                 f"{conflict.topic}-{conflict.partition} offset {conflict.offset} acknowledged twice: "
                 f"{earlier!r} and {conflict.value!r}",
             )
-        for (topic, partition), offsets in sorted(self.ledger.acked.items()):
+        acked = self.ledger.acked
+        # without values, only the lagging partitions need visiting in order (nothing is read)
+        keys = sorted(acked) if values else sorted(k for k in acked if self._lags(k, acked[k], below_hw))
+        for topic, partition in keys:
+            offsets = acked[(topic, partition)]
             if not offsets:
                 continue
             found = self._current_leader_log(topic, partition)
@@ -384,6 +371,14 @@ class Invariants:
                 )
             if values:
                 self._check_values(topic, partition, leader, log_, offsets)
+
+    def _lags(self, key: tuple[str, int], offsets: dict[int, bytes], below_hw: bool) -> bool:
+        """The current leader's log end offset (or HW) is not past the last acknowledged offset."""
+        found = self._current_leader_log(*key) if offsets else None
+        if found is None:
+            return False
+        end = found[1].high_watermark if below_hw else found[1].log_end_offset
+        return end <= self.ledger.last_acked[key]
 
     def _leader_view(self, leader: int, topic: str, partition: int, log_: Log) -> str:
         """What the leader knows of the partition, for a failure's message."""
@@ -403,14 +398,9 @@ class Invariants:
     def _check_values(
         self, topic: str, partition: int, leader: int, log_: Log, offsets: dict[int, bytes]
     ) -> None:
-        held = {record.offset: record.value for record in records_below(log_, log_.log_end_offset)}
-        for offset, value in sorted(offsets.items()):
-            if held.get(offset) != value:
-                raise InvariantViolation(
-                    ACKED_ON_LEADER,
-                    f"{topic}-{partition} offset {offset} was acknowledged as {value!r}; leader {leader} "
-                    f"holds {held.get(offset)!r}",
-                )
+        problem = self._replicas.values_problem((topic, partition), leader, log_, offsets)
+        if problem is not None:
+            raise InvariantViolation(ACKED_ON_LEADER, problem)
 
     # -- the expensive check -----------------------------------------------------------------------
     def _check_identical(self) -> None:
@@ -426,20 +416,13 @@ class Invariants:
                 if log_ is not None:
                     hosted.setdefault(tp, []).append((broker_id, log_))
         for tp, replicas in sorted(hosted.items()):
-            batches = [
-                (b, log_.high_watermark, batches_below(log_, log_.high_watermark)) for b, log_ in replicas
-            ]
-            for i, (a, hw_a, batches_a) in enumerate(batches):
-                for b, hw_b, batches_b in batches[i + 1 :]:
-                    bound = min(hw_a, hw_b)
-                    left = [x for x in batches_a if x[1] < bound]
-                    right = [x for x in batches_b if x[1] < bound]
-                    if left != right:
-                        raise InvariantViolation(
-                            REPLICAS_IDENTICAL,
-                            f"brokers {a} and {b} differ below HW {bound} of {tp.topic}-{tp.partition}: "
-                            f"{first_difference(left, right)}",
-                        )
+            if "compact" in replicas[0][1].config.cleanup_policy:  # sim/compacted_replicas.py
+                if (problem := compacted_difference(tp, replicas)) is not None:
+                    raise InvariantViolation(REPLICAS_IDENTICAL, problem)
+                continue
+            problem = self._replicas.identical_problem(tp, replicas)  # sim/replica_checks.py
+            if problem is not None:
+                raise InvariantViolation(REPLICAS_IDENTICAL, problem)
 
     def _check_producer_order(self) -> None:
         if PRODUCER_ORDER not in self.enabled:
@@ -449,10 +432,21 @@ class Invariants:
             if found is None:
                 continue
             leader, log_ = found
-            records = ((r.offset, r.value) for r in records_below(log_, log_.high_watermark))
-            problem = out_of_send_order(records, self.ledger)
+            problem = self._replicas.order_problem((topic, partition), leader, log_, self.ledger)
             if problem is not None:
                 raise InvariantViolation(PRODUCER_ORDER, f"{topic}-{partition} on leader {leader}: {problem}")
+
+    def current_leaders(self) -> list[tuple[str, int, int, Log]]:
+        """(topic, topic znode czxid, partition, log) of the current leader of every partition of
+        a live workload topic (for the checks of other modules: sim/idempotence.py)."""
+        found = []
+        for (topic, partition), zk in sorted(self._zk.items()):
+            if topic.startswith("__") or self._deleting(topic):
+                continue
+            leader = self._current_leader_log(topic, partition)
+            if leader is not None:
+                found.append((topic, zk.topic_czxid, partition, leader[1]))
+        return found
 
     def check_final(self) -> None:
         """At the end of a run, faults healed and clients settled: everything, and every
@@ -460,6 +454,7 @@ class Invariants:
         self.check(full=True)
         if self.violation is None:
             try:
-                self._check_acked(values=False, below_hw=True)
+                with self.world.observing():
+                    self._check_acked(values=False, below_hw=True)
             except InvariantViolation as violation:
                 self._record(violation)

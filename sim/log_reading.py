@@ -34,12 +34,12 @@ def batches_below(log_: Log, end: int) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def records_below(log_: Log, end: int) -> Iterator[Record]:
-    """Every record from the log start offset up to ``end``, read batch by batch: the position
-    moves to each batch's next offset, never to its last record + 1, which after compaction can
-    point back into the same batch (the cleaner keeps a batch's last offset when it removes its
-    last records, and keeps empty batches)."""
-    offset = log_.log_start_offset
+def records_below(log_: Log, end: int, start: int = 0) -> Iterator[Record]:
+    """Every record from ``start`` (or the log start offset, if later) up to ``end``, read batch
+    by batch: the position moves to each batch's next offset, never to its last record + 1, which
+    after compaction can point back into the same batch (the cleaner keeps a batch's last offset
+    when it removes its last records, and keeps empty batches)."""
+    offset = max(start, log_.log_start_offset)
     while offset < end:
         data = log_.read(offset, _READ_BYTES, max_offset=end).records
         if not data:

@@ -411,6 +411,25 @@ class SimNetwork:
                 self.loop.call_soon(_connection_lost, end, reset, context=end.context)
         self._forget_if_done(connection)
 
+    def hold_answers(self, connection: SimConnection, seconds: float) -> None:
+        """Hold what the server writes on ``connection`` for ``seconds`` (its answers late)."""
+        self._hold(connection.down, max(connection.down.held_until, self.loop.time() + seconds))
+
+    def lose_answers(self, connection: SimConnection) -> None:
+        """The connection breaks with its answers lost: what the client sent still reaches the
+        server (which processes it), the answers on their way back are gone, and the client sees
+        a reset now (a return path that died, then the RST): its requests' outcome is unknown."""
+        self.broken += 1
+        client, server = connection.client, connection.server
+        connection.down.queue.clear()
+        if not client.closed:
+            client.closed = True
+            reset = ConnectionResetError(104, "Connection reset by peer")
+            self.loop.call_soon(_connection_lost, client, reset, context=client.context)
+        if not server.closed:
+            self._enqueue(connection.up, _EOF, ConnectionResetError(104, "Connection reset by peer"))
+        self._forget_if_done(connection)
+
     def stall(self, connection: SimConnection, seconds: float) -> None:
         """Hold what the client writes on ``connection`` for ``seconds`` (TCP's retransmission
         backoff on one flow after a lost segment): its requests reach the server late, in order,

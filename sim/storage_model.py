@@ -30,7 +30,8 @@ start): whatever the dead process's cancelled tasks still try to write fails wit
 **Free space** (:meth:`Disk.statvfs`, the broker's injected ``statvfs``: the free-space floor of
 ``log.dir.min.free.bytes`` and DescribeLogDirs read it): a filesystem of
 :data:`CAPACITY_BYTES` with ``usable_bytes`` usable (half of it unless a test or a fault sets
-it), never the host's own free space, which other processes change while a schedule runs. A
+it), never the host's own free space, which other processes change while a schedule runs, or
+EIO while ``statvfs_fails`` is set (the ``disk-floor`` fault's broken measurement). A
 full disk (:meth:`Disk.fill`) does not change it: its writes fail with ENOSPC, KIP-112's path,
 as a disk filled behind the measurement's back does.
 """
@@ -152,6 +153,11 @@ class Disk:
         self.powered = True
         #: what :meth:`statvfs` reports usable (the free-space floor's measurement)
         self.usable_bytes = CAPACITY_BYTES // 2
+        #: :meth:`statvfs` fails with EIO (a filesystem whose measurement breaks)
+        self.statvfs_fails = False
+        #: > 0 while the simulator's own checks read (:meth:`sim.world.World.observing`): their
+        #: calls meet no fault and use none up, so the checks never steer the run
+        self.observers = 0
         #: every fault raised, in order: "<op> <path>: <errno name>"
         self.raised: list[str] = []
 
@@ -188,10 +194,14 @@ class Disk:
 
     def statvfs(self, path: str) -> SimStatvfs:
         """What ``os.statvfs`` answers for a path of this disk (see the module doc)."""
+        if self.statvfs_fails:
+            raise OSError(errno_codes.EIO, "statvfs failed (simulated)", path)
         return SimStatvfs(BLOCK_BYTES, CAPACITY_BYTES // BLOCK_BYTES, self.usable_bytes // BLOCK_BYTES)
 
     def _check(self, op: Op, path: str, *, allocates: bool = False, mutates: bool = True) -> None:
         """Raise the fault this call meets, if any, before it does anything."""
+        if self.observers:
+            return
         error = None
         if mutates and not self.powered:
             error = errno_codes.EIO

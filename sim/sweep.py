@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import multiprocessing
 import shutil
@@ -34,18 +33,24 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from client.types import TopicPartition
+from sim.cluster_health import unhealthy
+from sim.commit_fencing import CommitFencing
+from sim.consumer_visibility import ConsumerVisibility
+from sim.coordinator_load import CoordinatorLoad
 from sim.errors import Livelock, SimulationError, TaskSpinning
-from sim.faults import ALL_KINDS, FaultInjector, FaultKind, FaultPlan
+from sim.fault_kinds import ALL_KINDS, FaultKind, format_kinds
+from sim.faults import FaultInjector, FaultPlan
+from sim.group_faults import GroupFaultPlan, GroupFaults
 from sim.group_invariants import GROUP_LIVENESS, GroupChecker
-from sim.group_workload import GroupWorkload, GroupWorkloadConfig
+from sim.group_workload import GROUP_BROKER_PROPS, GroupWorkload, GroupWorkloadConfig
+from sim.idempotence import Idempotence
 from sim.invariants import ALL_INVARIANTS, LIVENESS, NO_SPIN, Invariants, InvariantViolation
 from sim.progress import Limits
+from sim.rebalance_callbacks import RebalanceCallbacks
 from sim.runner import run_simulation
+from sim.state_writes import StateWrites
 from sim.workload import Workload, WorkloadConfig
 from sim.world import World, WorldConfig
-from zk.data import decode_topic_assignment
-from zk.paths import REASSIGN_PARTITIONS_PATH, partition_state_path, topic_path
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +62,18 @@ SCHEDULE_PROPS = {
     "controlled.shutdown.enable": "true",
     "controlled.shutdown.max.retries": "2",
     "controlled.shutdown.retry.backoff.ms": "200",
-    # the consumer group's (sim/group_workload.py): a small offsets topic, a short initial delay
+    # the consumer group's (sim/group_workload.py): a small offsets topic, 1 s sessions, a short
+    # initial delay; small offsets segments and an eager cleaner, so that __consumer_offsets is
+    # compacted within seconds and every coordinator move loads a cleaned partition
     "offsets.topic.num.partitions": "5",
-    "group.initial.rebalance.delay.ms": "1000",
+    **GROUP_BROKER_PROPS,
+    "offsets.topic.segment.bytes": "2048",
+    "log.cleaner.backoff.ms": "200",
+    "log.cleaner.min.cleanable.ratio": "0.01",
 }
+#: The broker counts a schedule's seed draws among (``seed % len``) unless one is given: RF 3 on
+#: 4 and 5 brokers gives reassignments that add and remove replicas, not only reorderings.
+BROKER_CHOICES = (3, 3, 4, 5)
 HISTORY_KEEP = 30
 
 
@@ -68,7 +81,8 @@ HISTORY_KEEP = 30
 class ScheduleConfig:
     steps: int = 60
     duration_s: float | None = None  # run steps until this many virtual seconds instead
-    brokers: int = 3
+    #: the cluster's size; None: drawn from the seed (BROKER_CHOICES; :meth:`for_seed`)
+    brokers: int | None = None
     faults: frozenset[FaultKind] = ALL_KINDS
     invariants: frozenset[str] = frozenset(ALL_INVARIANTS)
     step_s: tuple[float, float] = (0.01, 0.2)  # virtual time between steps, drawn
@@ -81,6 +95,14 @@ class ScheduleConfig:
     props: tuple[tuple[str, str], ...] = tuple(SCHEDULE_PROPS.items())
     #: a consumer group over the first topic (sim/group_workload.py); members 0: none
     group: GroupWorkloadConfig = field(default_factory=GroupWorkloadConfig)
+    #: faults aimed at the group's coordinator and members (sim/group_faults.py)
+    group_faults: GroupFaultPlan = field(default_factory=GroupFaultPlan)
+
+    def for_seed(self, seed: int) -> ScheduleConfig:
+        """This config with its broker count settled for ``seed``."""
+        if self.brokers is not None:
+            return self
+        return replace(self, brokers=BROKER_CHOICES[seed % len(BROKER_CHOICES)])
 
     def time_limit_s(self) -> float:
         """A virtual-time bound no healthy schedule reaches: past it the schedule hangs (a
@@ -91,20 +113,12 @@ class ScheduleConfig:
     def replay_command(self, seed: int) -> str:
         """The ``floodmark simulate`` command that runs this schedule again, bit for bit."""
         length = f"--duration {self.duration_s:g}" if self.duration_s is not None else f"--steps {self.steps}"
-        parts = [f"floodmark simulate --seed {seed} {length} --brokers {self.brokers}"]
+        parts = [f"floodmark simulate --seed {seed} {length} --brokers {self.for_seed(seed).brokers}"]
         parts.append(f"--faults {format_kinds(self.faults)}")
-        if self.group.members:
-            parts.append(f"--consumers {self.group.members}")
+        parts.append(f"--consumers {self.group.members}")
         if self.invariants != frozenset(ALL_INVARIANTS):
             parts.append("--invariants " + ",".join(i for i in ALL_INVARIANTS if i in self.invariants))
         return " ".join(parts)
-
-
-def format_kinds(kinds: Iterable[FaultKind]) -> str:
-    kinds = frozenset(kinds)
-    if kinds == ALL_KINDS:
-        return "all"
-    return ",".join(k.value for k in FaultKind if k in kinds) or "none"
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,10 @@ class ScheduleResult:
     group_assignments: int = 0
     group_commits: int = 0
     coordinator_moves: int = 0
+    coordinator_faults: int = 0
+    member_stalls: int = 0
+    commits_stored: int = 0  # the members' commits the coordinators stored (sim/commit_fencing.py)
+    records_given: int = 0  # records the members were given (sim/consumer_visibility.py)
     invariant: str | None = None  # which invariant failed (or "error" for an exception)
     message: str = ""
     history: tuple[str, ...] = ()
@@ -162,6 +180,11 @@ class _Run:
         self.workload: Workload | None = None
         self.faults: FaultInjector | None = None
         self.group: GroupWorkload | None = None
+        self.group_faults: GroupFaults | None = None
+        self.fencing: CommitFencing | None = None
+        self.visibility: ConsumerVisibility | None = None
+        self.idempotence: Idempotence | None = None
+        self.loads: CoordinatorLoad | None = None
         self.step = 0
 
     def note(self, event: str) -> None:
@@ -170,6 +193,7 @@ class _Run:
 
     async def main(self) -> None:
         config = self.config
+        assert config.brokers is not None, "run_schedule settles the broker count (for_seed)"
         world = World(WorldConfig(brokers=config.brokers, props=dict(config.props)))
         self.world = world
         try:
@@ -185,18 +209,34 @@ class _Run:
             world, workload.ledger, enabled=config.invariants, every=config.check_every
         )
         checker.install()
+        StateWrites(world.zookeeper, checker.fail, config.invariants).install()
+        idempotence = self.idempotence = Idempotence(world, checker.fail, config.invariants)
+        fencing = self.fencing = CommitFencing(world, checker.fail, config.invariants)
+        loads = self.loads = CoordinatorLoad(world, checker.fail, config.invariants)
+        visibility = self.visibility = ConsumerVisibility(
+            world, checker.fail, config.invariants, checker._deleting
+        )
         await world.start()
+        idempotence.attach()
         await workload.start()
-        if config.group.members and workload.topics:
-            self.group = GroupWorkload(
-                world, config.group, GroupChecker(checker.fail, config.invariants), self.note
-            )
-            await self.group.start(sorted(workload.topics)[0])
         faults = self.faults = FaultInjector(
             world,
             FaultPlan(config.faults, config.fault_rate, config.fault_duration_s),
             self.note,
         )
+        if config.group.members and workload.topics:
+            fencing.attach()
+            self.group = GroupWorkload(
+                world,
+                config.group,
+                GroupChecker(checker.fail, config.invariants),
+                visibility,
+                RebalanceCallbacks(checker.fail, config.invariants),
+                self.note,
+            )
+            await self.group.start(sorted(workload.topics)[0])
+            partitions = int(dict(config.props).get("offsets.topic.num.partitions", "50"))
+            self.group_faults = GroupFaults(world, self.group, faults, config.group_faults, partitions)
         pace = world.loop.seeds.stream("schedule")
         started = world.loop.time()
         next_full = started + config.full_check_every_s
@@ -204,6 +244,8 @@ class _Run:
             self.step += 1
             checker.step = self.step
             changed = await faults.step()
+            if self.group_faults is not None:
+                changed = self.group_faults.step() or changed
             workload.step()
             if self.group is not None:
                 self.group.step()
@@ -211,7 +253,14 @@ class _Run:
             full = changed or world.loop.time() >= next_full
             if full:
                 next_full = world.loop.time() + config.full_check_every_s
+            fencing.attach()
+            idempotence.attach()
+            loads.check()
             checker.check(full=full)
+            if full:
+                with world.observing():
+                    visibility.check()
+                    idempotence.check(checker.current_leaders)
             checker.raise_if_violated()
         self.step += 1
         checker.step = self.step
@@ -226,6 +275,10 @@ class _Run:
         await self._liveness(world, workload)
         await self._group_liveness(world, workload)
         checker.check_final()
+        if checker.violation is None:
+            with world.observing():
+                visibility.check(final=True)
+                idempotence.check(checker.current_leaders)
         checker.raise_if_violated()
         if self.group is not None:
             await self.group.close()
@@ -246,76 +299,45 @@ class _Run:
         try:
             await workload.finish_operations(self.config.liveness_s)
             await world.wait_for(
-                lambda: not _unhealthy(world, workload),
+                lambda: not unhealthy(world, workload),
                 "a leader, a full ISR and an HW past every acknowledged offset for every partition",
                 within_s=self.config.liveness_s,
             )
             await workload.settle(self.config.liveness_s)
         except AssertionError as exc:
-            what = _unhealthy(world, workload) or str(exc)
+            what = unhealthy(world, workload) or str(exc)
             assert self.checker is not None
             self.checker.fail(LIVENESS, f"after every fault healed, {what}")
             self.checker.raise_if_violated()
 
     async def _group_liveness(self, world: World, workload: Workload) -> None:
-        group = self.group
-        if group is None or group.topic is None or GROUP_LIVENESS not in self.config.invariants:
+        """After every fault healed: the coordinators load (``group-load-bound``, checked as it
+        waits) and the group settles (``group-liveness``), within ``liveness_s``."""
+        group, loads, checker = self.group, self.loads, self.checker
+        assert loads is not None and checker is not None
+        settle = GROUP_LIVENESS in self.config.invariants
+        if group is None or group.topic is None or not (settle or loads.enabled):
             return
         topic = group.topic
 
         def unsettled() -> str | None:
-            return GroupChecker.unsettled(group.live(), workload.topics.get(topic, 0), topic)
+            loads.check()
+            if checker.violation is not None:
+                return None  # judged: stop waiting
+            if loads.enabled and loads.loading():
+                return "a coordinator has not loaded its offsets partition"
+            return (
+                GroupChecker.unsettled(group.live(), workload.topics.get(topic, 0), topic) if settle else None
+            )
 
         try:
             await world.wait_for(
                 lambda: unsettled() is None, "the group settles", within_s=self.config.liveness_s
             )
         except AssertionError:
-            assert self.checker is not None
-            self.checker.fail(GROUP_LIVENESS, f"after every fault healed, {unsettled()}")
-            self.checker.raise_if_violated()
-
-
-def _unhealthy(world: World, workload: Workload) -> str | None:
-    """What keeps the cluster from being whole, or None."""
-    down = [b for b in sorted(world.brokers) if not world.brokers[b].running]
-    if down:
-        return f"brokers {down} are not running"
-    controller = world.controller_id()
-    if controller is None or not world.brokers[controller].running:
-        return "no live controller"
-    moving = world.znode(REASSIGN_PARTITIONS_PATH)
-    if moving is not None:
-        return f"a reassignment is still in progress: {moving.decode(errors='replace')}"
-    for topic in sorted(workload.topics):
-        data = world.znode(topic_path(topic))
-        if data is None:
-            return f"topic {topic} is not in ZooKeeper"
-        for partition, replicas in sorted(decode_topic_assignment(data).items()):
-            state_data = world.znode(partition_state_path(topic, partition))
-            if state_data is None:
-                return f"{topic}-{partition} has no state"
-            state = json.loads(state_data)
-            if state["leader"] < 0:
-                return f"{topic}-{partition} has no leader"
-            if sorted(state["isr"]) != sorted(replicas):
-                return f"{topic}-{partition} has ISR {state['isr']}, replicas {replicas}"
-            server = world.brokers[state["leader"]].server
-            rm = getattr(server, "replica_manager", None)
-            partition_state = rm.partitions.get((topic, partition)) if rm is not None else None
-            if (
-                partition_state is None
-                or not partition_state.is_leader
-                or partition_state.leader_epoch != state["leader_epoch"]
-            ):
-                return f"{topic}-{partition}: leader {state['leader']} has not taken epoch {state['leader_epoch']}"
-            # a new leader's HW passes what the old one acknowledged once every follower of the ISR
-            # has fetched from it (Kafka's HW after a failover lags until then)
-            last = workload.ledger.last_acked.get((topic, partition), -1)
-            log_ = rm.get_log(TopicPartition(topic, partition))
-            if log_ is not None and log_.high_watermark <= last:
-                return f"{topic}-{partition}: leader {state['leader']}'s HW {log_.high_watermark} is not past acknowledged offset {last}"
-    return None
+            if settle:
+                checker.fail(GROUP_LIVENESS, f"after every fault healed, {unsettled()}")
+        checker.raise_if_violated()
 
 
 def run_schedule(
@@ -323,7 +345,7 @@ def run_schedule(
 ) -> ScheduleResult:
     """Run one schedule; never raises for a failure of the code under test (see ``ok``). With
     ``trace_dump``, every callback the loop runs is written there (sim/trace_diff.py)."""
-    config = config or ScheduleConfig()
+    config = (config or ScheduleConfig()).for_seed(seed)
     run = _Run(config)
     wall = time.perf_counter()
     invariant: str | None = None
@@ -377,7 +399,11 @@ def run_schedule(
         checks=checker.checks if checker is not None else 0,
         group_assignments=run.group.checker.assignments if run.group is not None else 0,
         group_commits=run.group.checker.commits if run.group is not None else 0,
-        coordinator_moves=run.group.coordinator_moves if run.group is not None else 0,
+        coordinator_moves=run.group_faults.coordinator_moves if run.group_faults is not None else 0,
+        coordinator_faults=run.group_faults.coordinator_faults if run.group_faults is not None else 0,
+        member_stalls=run.group_faults.stalls if run.group_faults is not None else 0,
+        commits_stored=run.fencing.stored if run.fencing is not None else 0,
+        records_given=run.visibility.given if run.visibility is not None else 0,
         invariant=invariant,
         message=message,
         history=tuple(run.history),

@@ -56,27 +56,36 @@ def describe(callback: Callable[..., Any]) -> str:
 
 class Trace:
     """The running hash of every callback run, and the last ``keep`` of them; with a ``dump``,
-    every entry is also written there, one line each (sim/trace_diff.py compares two dumps)."""
+    every entry is also written there, one line each (sim/trace_diff.py compares two dumps).
+
+    Each entry is hashed as ``"<virtual µs> <description>\n"`` in one update; the last entries
+    are kept as (time, description) and formatted only when read (:attr:`recent`)."""
 
     def __init__(self, keep: int = 64, dump: IO[str] | None = None) -> None:
         self._hash = hashlib.blake2b(digest_size=16)
-        self.recent: deque[str] = deque(maxlen=keep)
+        self._update = self._hash.update
+        self._recent: deque[tuple[int, str]] = deque(maxlen=keep)
+        self._keep = self._recent.append
         self.dump = dump
         self.entries = 0
-        self._last = ""
+        self._last: tuple[int, str] | None = None
 
     def record(self, time_us: int, description: str) -> None:
-        entry = f"{time_us} {description}"
-        self._hash.update(entry.encode())
-        self._hash.update(b"\n")
-        self.recent.append(entry)
+        self._update(f"{time_us} {description}\n".encode())
+        self._last = entry = (time_us, description)
+        self._keep(entry)
         self.entries += 1
-        self._last = entry
+
+    @property
+    def recent(self) -> deque[str]:
+        """The last entries, ``"<virtual µs> <description>"``, oldest first."""
+        return deque((f"{t} {d}" for t, d in self._recent), maxlen=self._recent.maxlen)
 
     def detail(self, after: str) -> None:
         """Write the last entry to the dump, with what it did (not hashed: only for reading)."""
         if self.dump is not None:
-            self.dump.write(f"{self.entries} {self._last} | {after}\n")
+            last = "" if self._last is None else f"{self._last[0]} {self._last[1]}"
+            self.dump.write(f"{self.entries} {last} | {after}\n")
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()

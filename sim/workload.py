@@ -128,7 +128,7 @@ class WorkloadConfig:
     add_partitions_rate: float = 0.01
     preferred_election_rate: float = 0.01
     #: a partition moved to a random set of brokers (AlterPartitionReassignments), its
-    #: replication factor kept
+    #: replication factor lowered, kept or raised by one
     reassign_rate: float = 0.01
 
 
@@ -198,7 +198,9 @@ class Workload:
             topic = self.operations.choice(sorted(self.topics))
             partition = self.operations.randrange(self.topics[topic])
             rf = min(self.config.replication_factor, len(self.world.brokers))
-            target = self.operations.sample(sorted(self.world.brokers), rf)
+            # RF down, kept or up (KIP-455's moves add and remove replicas), at least 2 replicas
+            size = max(2, min(len(self.world.brokers), rf + self.operations.choice((-1, 0, 1))))
+            target = self.operations.sample(sorted(self.world.brokers), size)
             self._spawn(self._reassign(TopicPartition(topic, partition), target), f"reassign-{topic}")
 
     def _send(self, index: int) -> None:

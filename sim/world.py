@@ -27,7 +27,7 @@ import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -110,6 +110,8 @@ class World:
         }
         self._clients = 0
         self._closeables: list[Any] = []
+        #: the network nodes of the producers (the ``stall`` fault aims at their connections)
+        self.producer_nodes: list[str] = []
         # Each broker's log dirs on a modelled disk (sim/storage.py); installed last, undone by close().
         self.storage = SimStorage()
         for broker in self.brokers.values():
@@ -299,6 +301,19 @@ class World:
         assert disk is not None
         return disk
 
+    @contextlib.contextmanager
+    def observing(self) -> Iterator[None]:
+        """While the simulator's checks read the brokers' logs: their disk calls meet no placed
+        fault and use none up (a check must observe the run, never steer it)."""
+        disks = [b.disk for b in self.brokers.values() if b.disk is not None]
+        for disk in disks:
+            disk.observers += 1
+        try:
+            yield
+        finally:
+            for disk in disks:
+                disk.observers -= 1
+
     def states(self) -> dict[int, ProcessState]:
         return {i: b.state for i, b in self.brokers.items()}
 
@@ -321,6 +336,7 @@ class World:
     async def producer(self, **overrides: Any) -> Producer:
         """A started :class:`client.producer.producer.Producer` on the simulated network."""
         node, runtime = self.client_runtime()
+        self.producer_nodes.append(node)
         producer = Producer(self.bootstrap(), runtime=runtime, client_id=node, **overrides)
         await producer.start()
         self._closeables.append(producer)

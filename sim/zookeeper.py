@@ -37,6 +37,7 @@ from kazoo.exceptions import ZookeeperError
 from kazoo.protocol.states import EventType
 
 from sim.zk_tree import DataTree, WatchEvent
+from zk.bridge import CreateOp, DeleteOp, SetDataOp
 
 
 class Request(Protocol):
@@ -80,7 +81,8 @@ class ZkFaultRates:
 @dataclass
 class FaultRule:
     """``action`` ("drop" or "expire") at the ``count``-th matching request, ``when`` "before"
-    it is applied or "after" (its answer is then lost)."""
+    it is applied or "after" (its answer is then lost); "observe" only calls ``on_fire`` there
+    and lets the request go on (the trigger of an aimed fault: sim/zombie_controller.py)."""
 
     action: str
     when: str
@@ -135,6 +137,11 @@ class _Channel:
         self._items.append((when, message))
         if self._handle is None:
             self._handle = self._loop.call_at(when, self._deliver, context=self._context)
+
+    def hold(self, seconds: float) -> None:
+        """Deliver nothing sent from now on before ``seconds`` have passed (the answers and
+        watch events of one client's connection held up in the network, still in order)."""
+        self._last = max(self._last, self._loop.time() + seconds)
 
     def _deliver(self) -> None:
         self._handle = None
@@ -197,6 +204,9 @@ class ZooKeeperServer:
         #: (action, when, kind, path) of every fault applied, for tests and traces
         self.injected: list[tuple[str, str, str, str]] = []
         self._isolated: set[int] = set()  # id() of isolated clients
+        #: called with (session, path, data before, data after) for every znode a landed write
+        #: created or changed (the simulator's checks of state writes: sim/state_writes.py)
+        self.write_observers: list[Callable[[int, str, bytes | None, bytes], None]] = []
         self._next_session = (1 << 56) | (rng.getrandbits(24) << 24)
 
     @property
@@ -215,7 +225,7 @@ class ZooKeeperServer:
     # -- faults ----------------------------------------------------------------------------------
     def inject(self, action: str, when: str = "before", **match: Any) -> FaultRule:
         """Place a fault at a request: ``inject("drop", "after", kind="create", path=p)``."""
-        assert action in ("drop", "expire") and when in ("before", "after")
+        assert action in ("drop", "expire", "observe") and when in ("before", "after")
         rule = FaultRule(action, when, **match)
         self.rules.append(rule)
         return rule
@@ -349,13 +359,13 @@ class ZooKeeperServer:
         if not connection.open or connection.severed or session is None:
             return
         fault = self._fault(session.id, request, "before")
-        if fault is not None:
+        if fault is not None and fault != "observe":
             self.injected.append((fault, "before", request.kind, request.path))
             (self.expire if fault == "expire" else self.disconnect)(session.id)
             return
         value, error = self._execute(session, request)
         fault = self._fault(session.id, request, "after")
-        if fault is not None:
+        if fault is not None and fault != "observe":
             self.injected.append((fault, "after", request.kind, request.path))
             (self.expire if fault == "expire" else self.disconnect)(session.id)
             return
@@ -390,8 +400,42 @@ class ZooKeeperServer:
             outcome[0] = result
             return triggers
 
+        observed = self._before_write(request) if self.write_observers else None
         self._commit(write)
+        if observed:
+            self._after_write(session.id, observed)
         return outcome[0], outcome[1]
+
+    def _before_write(self, request: Request) -> list[tuple[str, bytes | None]]:
+        nodes = self.tree.nodes
+        found = []
+        for op in request.ops:
+            if isinstance(op, SetDataOp | CreateOp):
+                node = nodes.get(op.path)
+                found.append((op.path, node.data if node is not None else None))
+        return found
+
+    def _after_write(self, session: int, observed: list[tuple[str, bytes | None]]) -> None:
+        nodes = self.tree.nodes
+        for path, before in observed:
+            node = nodes.get(path)
+            if node is not None and node.mzxid == self.zxid:
+                for observer in self.write_observers:
+                    observer(session, path, before, node.data)
+
+    def hold_answers(self, session_id: int, seconds: float) -> None:
+        """Hold what the server sends on the session's connection for ``seconds``."""
+        session = self.sessions.get(session_id)
+        if session is not None and session.connection is not None:
+            session.connection.down.hold(seconds)
+
+    def admin_delete(self, path: str) -> bool:
+        """Delete a znode as an operator's ``zkCli.sh delete`` would (outside every session,
+        watches fired): e.g. ``/controller``, Kafka's documented way to move the controller."""
+        if path not in self.tree.nodes:
+            return False
+        self._commit(lambda zxid: self.tree.delete(DeleteOp(path, -1), zxid, []))
+        return True
 
     def _commit(self, transaction: Callable[[int], list]) -> None:
         """One transaction with the next zxid; its watch events go out before its answer."""

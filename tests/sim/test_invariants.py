@@ -24,7 +24,10 @@ import pytest
 import broker.replica.fetcher as fetcher_module
 import controller.controller as controller_module
 import controller.reassignment as reassignment_module
+import controller.state_writes as state_writes_module
+import controller.topic_deletion as topic_deletion_module
 import controller.topic_ids as topic_ids_module
+from broker.log.producer_state import ProducerStateEntry, ProducerStateManager
 from broker.replica.leader_and_isr import LeaderAndIsrHandler
 from broker.replica.partition import Partition, RemoteReplica
 from broker.replica.truncation import TruncationDecision
@@ -32,6 +35,7 @@ from client.producer.idempotence import IdempotenceManager
 from client.protocol.errors import ErrorCode
 from controller.controller_election import ElectionWin
 from controller.event_manager import ControllerEventManager
+from sim.idempotence import COMMITTED_ONCE, PRODUCE_ANSWERS
 from sim.invariants import (
     ACKED_ON_LEADER,
     ALL_INVARIANTS,
@@ -46,6 +50,7 @@ from sim.invariants import (
     REASSIGNMENT_ISR,
     REPLICAS_IDENTICAL,
 )
+from sim.state_writes import CONTROLLER_EPOCH_FENCE, LEADER_EPOCH_BUMP
 from sim.sweep import ScheduleConfig, ScheduleResult, run_schedule
 from sim.topic_ids import TOPIC_IDS
 from zk.data import LeaderAndIsr
@@ -174,20 +179,78 @@ def controllers_ignore_the_topic_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(topic_ids_module, "decode_topic_id", lambda data: None)
 
 
+def elections_keep_the_leader_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's elections move the leadership without raising the leader epoch."""
+    monkeypatch.setattr(
+        LeaderAndIsr,
+        "new_leader_and_isr",
+        lambda self, leader, isr: replace(self, leader=leader, isr=tuple(isr)),
+    )
+
+
+def controller_writes_skip_the_epoch_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every controller write checks /controller_epoch at any version: a deposed controller's
+    write lands (KIP-4's fence gone)."""
+    import zk.batch
+    import zk.client
+
+    multi, batched = zk.client.fenced_multi, zk.batch.fenced_multi_batched
+
+    async def fenced_multi(zk_: object, _version: int, ops: object) -> object:
+        return await multi(zk_, -1, ops)
+
+    async def fenced_multi_batched(
+        zk_: object, _version: int, groups: object, *a: object, **k: object
+    ) -> object:
+        return await batched(zk_, -1, groups, *a, **k)
+
+    for module in (zk.client, zk.batch, controller_module, state_writes_module, topic_deletion_module):
+        if hasattr(module, "fenced_multi"):
+            monkeypatch.setattr(module, "fenced_multi", fenced_multi)
+        if hasattr(module, "fenced_multi_batched"):
+            monkeypatch.setattr(module, "fenced_multi_batched", fenced_multi_batched)
+
+
+def duplicate_check_sees_the_last_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idempotent producer's duplicate check compares a retry with the producer's last batch
+    only, not its last five: a retry of an older one is told OUT_OF_ORDER_SEQUENCE_NUMBER though
+    it is in the log."""
+
+    def find_duplicate(self: ProducerStateEntry, epoch: int, first_seq: int, last_seq: int) -> object:
+        if epoch != self.producer_epoch:
+            return None
+        for batch in list(self.batches)[-1:]:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    monkeypatch.setattr(ProducerStateEntry, "find_duplicate", find_duplicate)
+
+
+def leaders_skip_the_sequence_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader takes every idempotent batch as new: no duplicate check, no sequence check, so
+    a retried batch is written twice."""
+    monkeypatch.setattr(ProducerStateManager, "check_append", lambda self, headers: None)
+
+
 #: invariant -> (the planted bug, the seeds whose schedules catch it)
 CASES: dict[str, tuple[Plant, list[int]]] = {
     ACKED_ON_LEADER: (hw_is_the_leader_leo, [0]),
-    REPLICAS_IDENTICAL: (followers_never_truncate, [0]),
+    REPLICAS_IDENTICAL: (followers_never_truncate, [6]),
     HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [3]),
     LEADER_EPOCHS: (elections_lower_the_leader_epoch, [0]),
-    ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [1]),
-    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [31]),
-    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [30]),
-    ISR_LAG: (clean_fetches_earn_no_credit, [37]),
+    ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [0]),
+    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [1]),
+    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [18]),
+    ISR_LAG: (clean_fetches_earn_no_credit, [13]),
     REASSIGNMENT_ISR: (reassignments_ignore_the_isr, [2]),  # on four brokers: CASE_CONFIGS
     TOPIC_IDS: (controllers_ignore_the_topic_id, [0]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
+    LEADER_EPOCH_BUMP: (elections_keep_the_leader_epoch, [1]),
+    CONTROLLER_EPOCH_FENCE: (controller_writes_skip_the_epoch_check, [42]),
+    PRODUCE_ANSWERS: (duplicate_check_sees_the_last_batch_only, [32]),
+    COMMITTED_ONCE: (leaders_skip_the_sequence_checks, [0]),
 }
 
 #: More planted bugs: the HW over the in-memory ISR only is the issue's own example (the HW past
@@ -196,9 +259,9 @@ CASES: dict[str, tuple[Plant, list[int]]] = {
 #: 44 since issue 25's controller batches its ZooKeeper writes in multis and reads less, and a
 #: leader's ISR change no longer re-checks parked fetches, seeds 106 and 111 since followers fetch
 #: in KIP-227 sessions, seeds 117 and 17 since the admin client waits for every broker's metadata
-#: after a create).
+#: after a create, seed 6 since every schedule runs a consumer group on 3 to 5 brokers).
 MORE_CASES: list[tuple[str, Plant, list[int]]] = [
-    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [117, 17]),
+    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [6]),
 ]
 PLANTED = [(invariant, plant, seeds) for invariant, (plant, seeds) in sorted(CASES.items())] + MORE_CASES
 

@@ -42,6 +42,7 @@ REPLAY_SEEDS = range(0, 64)
 REPLAY_CONFIG = replace(CONFIG, group=replace(CONFIG.group, members=max(CONFIG.group.members, 3)))
 
 
+@pytest.mark.timeout(1200)
 def test_every_seed_of_a_sweep_slice_replays_under_two_hash_seeds(capsys: pytest.CaptureFixture[str]) -> None:
     assert REPLAY_CONFIG.steps == 60 and REPLAY_CONFIG.group.members >= 1
     assert REPLAY_CONFIG.workload.reassign_rate > 0 and REPLAY_CONFIG.workload.preferred_election_rate > 0
