@@ -67,7 +67,7 @@ def parse_seeds(seed: int | None, seeds: str | None) -> list[int]:
     "--faults",
     default="all",
     show_default=True,
-    help="Fault kinds: all (every kind but power-loss, held back while a finding is open), none, or a comma-separated list of crash, pause, partition, "
+    help="Fault kinds: all (every kind but power-loss, disk-full and disk-error, held back while findings are open), none, or a comma-separated list of crash, pause, partition, "
     "zk-disconnect, zk-expire, zk-lost-answer, shutdown, stall, lost-answers, isr-lost-answer, zombie-controller, "
     "power-loss, disk-full, disk-error, disk-floor.",
 )
