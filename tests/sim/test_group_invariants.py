@@ -152,11 +152,12 @@ CASES: dict[str, tuple[Plant, str, range]] = {
     "liveness": (members_ignore_rebalances, GROUP_LIVENESS, range(0, 32)),
     "fencing": (commits_ignore_the_generation, GROUP_COMMIT_FENCED, range(5, 32)),
     "visibility": (consumer_fetches_read_to_the_leo, CONSUMER_VISIBILITY, range(0, 32)),
-    "load": (loads_advance_by_record, GROUP_LOAD_BOUND, range(0, 64)),
+    "load": (loads_advance_by_record, GROUP_LOAD_BOUND, range(0, 160)),
     "callbacks": (revoke_after_the_assignment_is_cleared, GROUP_CALLBACKS, range(0, 32)),
 }
 
 
+@pytest.mark.timeout(900)  # a plant its seeds catch late runs up to its range's end
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_planted_group_bug_is_found_with_a_replayable_seed(
     case: str, monkeypatch: pytest.MonkeyPatch

@@ -236,19 +236,19 @@ def leaders_skip_the_sequence_checks(monkeypatch: pytest.MonkeyPatch) -> None:
 #: invariant -> (the planted bug, the seeds whose schedules catch it)
 CASES: dict[str, tuple[Plant, list[int]]] = {
     ACKED_ON_LEADER: (hw_is_the_leader_leo, [0]),
-    REPLICAS_IDENTICAL: (followers_never_truncate, [6]),
+    REPLICAS_IDENTICAL: (followers_never_truncate, [0, 9]),
     HW_WITHIN_ISR: (hw_ignores_lagging_isr_members, [3]),
     LEADER_EPOCHS: (elections_lower_the_leader_epoch, [0]),
     ONE_CONTROLLER_PER_EPOCH: (every_controller_takes_epoch_one, [0]),
-    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [1]),
-    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [18]),
-    ISR_LAG: (clean_fetches_earn_no_credit, [13]),
+    NO_STALE_REQUEST: (brokers_ignore_the_broker_epoch, [1, 6]),
+    PRODUCER_ORDER: (producers_take_a_new_id_after_a_doubtful_batch, [71, 18]),
+    ISR_LAG: (clean_fetches_earn_no_credit, [14, 13]),
     REASSIGNMENT_ISR: (reassignments_ignore_the_isr, [2]),  # on four brokers: CASE_CONFIGS
     TOPIC_IDS: (controllers_ignore_the_topic_id, [0]),
     LIVENESS: (followers_never_rejoin_the_isr, [0]),
     NO_SPIN: (controller_polls_its_queue, [0]),
-    LEADER_EPOCH_BUMP: (elections_keep_the_leader_epoch, [1]),
-    CONTROLLER_EPOCH_FENCE: (controller_writes_skip_the_epoch_check, [42]),
+    LEADER_EPOCH_BUMP: (elections_keep_the_leader_epoch, [1, 6]),
+    CONTROLLER_EPOCH_FENCE: (controller_writes_skip_the_epoch_check, [24, 42]),
     PRODUCE_ANSWERS: (duplicate_check_sees_the_last_batch_only, [32]),
     COMMITTED_ONCE: (leaders_skip_the_sequence_checks, [0]),
 }
@@ -261,7 +261,7 @@ CASES: dict[str, tuple[Plant, list[int]]] = {
 #: in KIP-227 sessions, seeds 117 and 17 since the admin client waits for every broker's metadata
 #: after a create, seed 6 since every schedule runs a consumer group on 3 to 5 brokers).
 MORE_CASES: list[tuple[str, Plant, list[int]]] = [
-    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [6]),
+    (HW_WITHIN_ISR, hw_over_the_in_memory_isr, [0, 9]),
 ]
 PLANTED = [(invariant, plant, seeds) for invariant, (plant, seeds) in sorted(CASES.items())] + MORE_CASES
 
